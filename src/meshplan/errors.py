@@ -1,0 +1,37 @@
+"""The one error type users see: it names the field, the value and what would be valid."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class MeshplanError(ValueError):
+    """A bad input. ``field`` is a dotted path (``plan.tp``), ``valid`` says what would be accepted."""
+
+    def __init__(self, field: str, value: object, valid: str, *, hint: str | None = None):
+        self.field = field
+        self.value = value
+        self.valid = valid
+        self.hint = hint
+        message = f"{field}: got {value!r}; {valid}"
+        if hint:
+            message += f" ({hint})"
+        super().__init__(message)
+
+
+def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
+    """The closest known ids to ``name``, best first (for 'did you mean' hints)."""
+    choices = list(choices)
+    found = difflib.get_close_matches(name, choices, n=n, cutoff=0.4)
+    if not found:
+        found = [c for c in choices if name.lower() in c.lower()][:n]
+    return found
+
+
+def unknown_id(field: str, name: str, choices: Iterable[str]) -> MeshplanError:
+    """An error for an id that is not in the catalog, suggesting the closest ones."""
+    choices = sorted(choices)
+    near = closest(name, choices)
+    hint = f"did you mean {', '.join(near)}?" if near else None
+    return MeshplanError(field, name, f"known ids: {', '.join(choices)}", hint=hint)

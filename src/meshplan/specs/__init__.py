@@ -1,0 +1,21 @@
+"""Frozen, validated inputs: Device, Cluster, TransformerModel, Plan, Task, Scenario."""
+
+from meshplan.specs.cluster import Cluster, NetworkLevel
+from meshplan.specs.device import BYTES_PER_ELEMENT, Device, Efficiency, EfficiencyCurve
+from meshplan.specs.model import TransformerModel
+from meshplan.specs.plan import Plan, Task
+from meshplan.specs.scenario import Scenario, make_scenario
+
+__all__ = [
+    "BYTES_PER_ELEMENT",
+    "Cluster",
+    "Device",
+    "Efficiency",
+    "EfficiencyCurve",
+    "NetworkLevel",
+    "Plan",
+    "Scenario",
+    "Task",
+    "TransformerModel",
+    "make_scenario",
+]

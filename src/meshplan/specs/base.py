@@ -1,0 +1,67 @@
+"""Common ground for specs: frozen pydantic models and unit-aware number types."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from meshplan.errors import MeshplanError
+from meshplan.units import parse_quantity
+
+
+class Spec(BaseModel):
+    """A frozen, validated input. Unknown keys are errors (a typo never passes silently)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+def _quantity(kind: str):
+    def parse(value: object) -> object:
+        if isinstance(value, str):
+            return parse_quantity(value, kind)
+        return value
+
+    return BeforeValidator(parse)
+
+
+#: sizes and rates accept a number in SI units or a string with a unit; all must be > 0
+Bytes = Annotated[float, _quantity("bytes"), Field(gt=0)]
+BytesPerS = Annotated[float, _quantity("bytes_per_s"), Field(gt=0)]
+FlopPerS = Annotated[float, _quantity("flop_per_s"), Field(gt=0)]
+Seconds = Annotated[float, _quantity("s"), Field(ge=0)]
+JoulesPerBit = Annotated[float, _quantity("j_per_bit"), Field(ge=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+Count = Annotated[int, Field(ge=1)]
+
+
+def build(cls: type[Spec], data: object, where: str):
+    """Validate ``data`` as ``cls``; turn the first pydantic error into a MeshplanError.
+
+    ``where`` prefixes the field path, e.g. ``plan`` gives ``plan.tp``.
+    """
+    if isinstance(data, cls):
+        return data
+    try:
+        return cls.model_validate(data)
+    except MeshplanError as err:  # raised from a validator with its own field name
+        raise MeshplanError(f"{where}.{err.field}".strip("."), err.value, err.valid, hint=err.hint) from None
+    except ValidationError as err:
+        raise from_validation_error(err, where) from None
+
+
+def from_validation_error(err: ValidationError, where: str) -> MeshplanError:
+    first = err.errors()[0]
+    path = ".".join(str(p) for p in (where, *first["loc"]) if p != "")
+    value = first.get("input")
+    message = first["msg"]
+    if first["type"] == "missing":
+        return MeshplanError(path, None, "this field is required")
+    if first["type"] == "extra_forbidden":
+        return MeshplanError(path, value, "unknown field (check its spelling)")
+    ctx = first.get("ctx") or {}
+    inner = ctx.get("error")
+    if isinstance(inner, MeshplanError):
+        return MeshplanError(path, inner.value, inner.valid, hint=inner.hint)
+    message = message.removeprefix("Value error, ")
+    return MeshplanError(path, value, message)

@@ -1,0 +1,57 @@
+"""A cluster: one device kind and a hierarchy of network levels, innermost first."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from meshplan.specs.base import BytesPerS, Count, Fraction, JoulesPerBit, Seconds, Spec
+from meshplan.specs.device import Device
+
+Topology = Literal["switch", "ring", "fully-connected", "torus-2d", "torus-3d", "dragonfly", "fat-tree"]
+
+
+class NetworkLevel(Spec):
+    """One tier of the network (Calculon: bandwidth + latency + efficiency per tier).
+
+    ``size`` is how many devices share this level's domain (8 for an NVLink node, 72 for NVL72);
+    the outermost level may leave it unset (it spans the whole cluster).
+    ``bytes_per_s`` is per device, per direction.
+    """
+
+    name: str
+    size: Count | None = None
+    bytes_per_s: BytesPerS
+    latency_s: Seconds
+    topology: Topology = "switch"
+    efficiency: Fraction = 1.0  # achieved fraction of bytes_per_s for large collectives
+    energy_per_bit_j: JoulesPerBit = 0.0
+
+    @property
+    def effective_bytes_per_s(self) -> float:
+        return self.bytes_per_s * self.efficiency
+
+
+class Cluster(Spec):
+    id: str
+    name: str
+    device: Device
+    levels: tuple[NetworkLevel, ...] = Field(min_length=1)
+    max_devices: Count | None = None
+    sources: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _levels_nest(self) -> "Cluster":
+        sizes = [lvl.size for lvl in self.levels]
+        for inner, outer in zip(sizes, sizes[1:]):
+            if inner is None:
+                raise ValueError("only the outermost network level may leave size unset")
+            if outer is not None and (outer <= inner or outer % inner):
+                raise ValueError(f"level sizes must grow by whole multiples, got {sizes}")
+        return self
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices in the innermost (scale-up) domain."""
+        return self.levels[0].size or 1

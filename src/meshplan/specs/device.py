@@ -1,0 +1,77 @@
+"""An accelerator: peak rates per precision, memory, and the efficiency profile it achieves."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from meshplan.specs.base import Bytes, BytesPerS, FlopPerS, Fraction, Seconds, Spec
+
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+
+#: bytes per element of each precision (fp4 is half a byte, never 4 // 8 == 0)
+BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp32": 4.0,
+    "tf32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "fp4": 0.5,
+}
+
+
+class EfficiencyCurve(Spec):
+    """Achieved fraction of peak as a function of an op's size (piecewise linear in log10 size).
+
+    ``points`` are (flop per kernel, fraction) pairs sorted by flop; below the first point the first
+    fraction applies, above the last the last (Calculon's efficiency-vs-size tables).
+    """
+
+    points: tuple[tuple[float, Fraction], ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _sorted(self) -> "EfficiencyCurve":
+        sizes = [p[0] for p in self.points]
+        if any(s <= 0 for s in sizes) or sizes != sorted(sizes):
+            raise ValueError("points must have positive sizes in increasing order")
+        return self
+
+
+class Efficiency(Spec):
+    """How close a device gets to its peaks, per op kind. See catalog/efficiency.yaml."""
+
+    matmul: EfficiencyCurve
+    attention: EfficiencyCurve
+    memory: Fraction  # achieved fraction of HBM bandwidth for streaming kernels
+    kernel_overhead_s: Seconds  # launch and tail cost added to every kernel
+    source: str
+
+
+class Device(Spec):
+    id: str
+    name: str
+    peak_flop_per_s: dict[Precision, FlopPerS]  # dense (no sparsity) peaks
+    hbm_bytes: Bytes
+    hbm_bytes_per_s: BytesPerS
+    sram_bytes: Bytes  # on-chip buffer used by COMET's GEMM traffic model (L2 / shared SRAM)
+    tdp_w: float = Field(gt=0)
+    efficiency: str  # a profile id in catalog/efficiency.yaml
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _every_number_has_a_source(self) -> "Device":
+        needed = {"peak_flop_per_s", "hbm_bytes", "hbm_bytes_per_s", "sram_bytes", "tdp_w"}
+        missing = needed - set(self.sources)
+        if missing:
+            raise ValueError(f"sources must cite {sorted(missing)}")
+        return self
+
+    def peak(self, precision: str) -> float:
+        """Peak dense flop/s for matmuls in ``precision``."""
+        from meshplan.errors import MeshplanError
+
+        if precision not in self.peak_flop_per_s:
+            supported = ", ".join(self.peak_flop_per_s)
+            raise MeshplanError("plan.precision", precision, f"{self.id} supports {supported}")
+        return self.peak_flop_per_s[precision]

@@ -1,0 +1,62 @@
+"""How the work is split over devices (the Plan), and what the run is for (the Task)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from meshplan.specs.base import Count, Spec
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["1f1b", "gpipe"]
+TrainPrecision = Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
+AXES = ("tp", "cp", "dp", "pp")
+
+
+class Plan(Spec):
+    """Parallel degrees and the knobs that change time and memory.
+
+    ``dp`` may be left unset and is then inferred from the device count. ``order`` lists the mesh
+    axes innermost first (Megatron's default tp-cp-dp-pp): the innermost axes get the fastest
+    network level, so TP stays inside the node by default.
+    """
+
+    tp: Count = 1
+    pp: Count = 1
+    dp: Count | None = None
+    cp: Count = 1
+    ep: Count = 1
+    sequence_parallel: bool = False
+    micro_batch_size: Count = 1
+    global_batch_size: Count | None = None  # sequences per step; None: micro_batch_size * dp
+    seq_len: Count | None = None  # None: the model's seq_len
+    virtual_pipeline_stages: Count = 1  # interleaved 1F1B model chunks per device
+    schedule: Schedule = "1f1b"
+    zero_stage: int = Field(default=0, ge=0, le=3)  # 3 is FSDP full shard
+    recompute: Recompute = "none"
+    precision: TrainPrecision = "bf16"
+    flash_attention: bool = True
+    overlap_grad_reduce: bool = True  # DP gradient reduce overlapped with the last backward
+    overlap_param_gather: bool = True  # ZeRO-3/FSDP all-gather prefetched behind compute
+    grad_reduce_precision: Literal["fp32", "bf16", "fp16"] | None = None  # None: fp32 unless ZeRO-3
+    order: str = "tp-cp-dp-pp"
+
+    @field_validator("order")
+    @classmethod
+    def _order_is_a_permutation(cls, order: str) -> str:
+        axes = order.split("-")
+        if sorted(axes) != sorted(AXES):
+            raise ValueError(f"order must list each of {', '.join(AXES)} once, joined by '-'")
+        return order
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.cp * self.pp
+
+
+class Task(Spec):
+    """What the run is for. Only pretraining is modelled so far."""
+
+    kind: Literal["pretrain"] = "pretrain"
+    train_tokens: float | None = Field(default=None, gt=0)  # for time and GPU-hours to train

@@ -1,0 +1,110 @@
+"""Scenario = Model x Cluster x Plan x Task, validated once with errors that name the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.errors import MeshplanError
+from meshplan.specs.cluster import Cluster
+from meshplan.specs.model import TransformerModel
+from meshplan.specs.plan import Plan, Task
+
+
+@dataclass(frozen=True)
+class Scenario:
+    model: TransformerModel
+    cluster: Cluster
+    plan: Plan  # complete: dp, global batch and seq_len are filled in
+    num_devices: int
+    task: Task = Task()
+
+    @property
+    def seq_len(self) -> int:
+        return self.plan.seq_len  # type: ignore[return-value]
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.plan.global_batch_size  # type: ignore[return-value]
+
+    @property
+    def num_micro_batches(self) -> int:
+        """Micro-batches each pipeline runs per step (gradient accumulation steps)."""
+        p = self.plan
+        return self.global_batch_size // (p.micro_batch_size * p.dp)  # type: ignore[operator]
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_len
+
+
+def make_scenario(
+    model: TransformerModel,
+    cluster: Cluster,
+    plan: Plan,
+    num_devices: int | None = None,
+    task: Task | None = None,
+) -> Scenario:
+    """Check that the plan fits the model and the cluster; fill in what the plan left unset."""
+    p = plan
+    if num_devices is None:
+        num_devices = p.model_parallel * (p.dp or 1)
+    if num_devices < 1:
+        raise MeshplanError("num_devices", num_devices, "must be a positive integer")
+    if cluster.max_devices is not None and num_devices > cluster.max_devices:
+        raise MeshplanError("num_devices", num_devices, f"{cluster.id} has at most {cluster.max_devices} devices")
+    if num_devices % p.model_parallel:
+        raise MeshplanError(
+            "num_devices",
+            num_devices,
+            f"must be a multiple of tp*cp*pp = {p.tp}*{p.cp}*{p.pp} = {p.model_parallel}",
+        )
+    dp = p.dp if p.dp is not None else num_devices // p.model_parallel
+    if p.tp * p.cp * p.pp * dp != num_devices:
+        raise MeshplanError(
+            "plan.dp",
+            dp,
+            f"tp*cp*pp*dp must equal the device count {num_devices}; "
+            f"tp*cp*pp = {p.model_parallel}, so dp must be {num_devices // p.model_parallel}",
+        )
+    if p.ep != 1:
+        raise MeshplanError("plan.ep", p.ep, "expert parallelism needs an MoE model; use ep=1 for a dense model")
+    m = model
+    if m.num_attention_heads % p.tp:
+        raise MeshplanError(
+            "plan.tp", p.tp, f"must divide num_attention_heads ({m.num_attention_heads}) of {m.id}"
+        )
+    if m.kv_heads % p.tp and p.tp % m.kv_heads:
+        raise MeshplanError(
+            "plan.tp", p.tp, f"must divide num_kv_heads ({m.kv_heads}) or be a multiple of it"
+        )
+    if m.ffn_hidden_size % p.tp:
+        raise MeshplanError("plan.tp", p.tp, f"must divide ffn_hidden_size ({m.ffn_hidden_size}) of {m.id}")
+    chunks = p.pp * p.virtual_pipeline_stages
+    if m.num_layers % chunks:
+        field, value = ("plan.pp", p.pp) if p.virtual_pipeline_stages == 1 else ("plan.virtual_pipeline_stages", p.virtual_pipeline_stages)
+        raise MeshplanError(
+            field, value, f"pp*virtual_pipeline_stages ({chunks}) must divide num_layers ({m.num_layers}) of {m.id}"
+        )
+    if p.virtual_pipeline_stages > 1 and p.pp == 1:
+        raise MeshplanError("plan.virtual_pipeline_stages", p.virtual_pipeline_stages, "needs pp > 1")
+    if p.virtual_pipeline_stages > 1 and p.schedule != "1f1b":
+        raise MeshplanError("plan.schedule", p.schedule, "interleaved stages need the 1f1b schedule")
+    seq_len = p.seq_len or m.seq_len
+    if seq_len % p.cp:
+        raise MeshplanError("plan.cp", p.cp, f"must divide seq_len ({seq_len})")
+    global_batch = p.global_batch_size or p.micro_batch_size * dp
+    if global_batch % (p.micro_batch_size * dp):
+        raise MeshplanError(
+            "plan.global_batch_size",
+            global_batch,
+            f"must be a multiple of micro_batch_size*dp = {p.micro_batch_size}*{dp} = {p.micro_batch_size * dp}",
+        )
+    micro_batches = global_batch // (p.micro_batch_size * dp)
+    if p.virtual_pipeline_stages > 1 and micro_batches % p.pp:
+        raise MeshplanError(
+            "plan.global_batch_size",
+            global_batch,
+            f"interleaved 1F1B needs the number of micro-batches ({micro_batches}) to be a multiple of pp ({p.pp})",
+        )
+    plan = p.model_copy(update={"dp": dp, "global_batch_size": global_batch, "seq_len": seq_len})
+    return Scenario(model=m, cluster=cluster, plan=plan, num_devices=num_devices, task=task or Task())

@@ -1,0 +1,97 @@
+"""Human quantities ("900 GB/s", "80 GiB", "312 TFLOP/s", "2 us") parsed once, at the boundary.
+
+Inside meshplan every number is an SI float whose unit is in its name (DESIGN.md, Numbers).
+GB is 1e9 bytes and GiB is 2**30 bytes; "Gb" (lower-case b) is bits.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+_NUMBER = r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+_PATTERN = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>\S*)\s*$")
+
+#: what each kind of quantity accepts, for error messages
+KINDS = {
+    "bytes": "a size such as '80 GB', '80 GiB' or '512 MiB'",
+    "bytes_per_s": "a bandwidth such as '900 GB/s', '400 Gb/s' or '1.5 TB/s'",
+    "flop_per_s": "a rate such as '312 TFLOP/s' or '1.9 PFLOP/s'",
+    "s": "a time such as '2 us', '1.5 ms' or '3 s'",
+    "j_per_bit": "an energy such as '5 pJ/bit'",
+}
+
+
+def _scale(prefix: str) -> float | None:
+    if prefix in _BINARY:
+        return _BINARY[prefix]
+    return _PREFIX.get(prefix)
+
+
+def _parse_unit(unit: str, kind: str) -> float | None:
+    """Multiplier that turns ``unit`` into the SI unit of ``kind``; None if it does not fit."""
+    if kind == "bytes":
+        if unit.endswith("B"):
+            return _scale(unit[:-1])
+        return None
+    if kind == "bytes_per_s":
+        if unit.endswith("B/s"):
+            return _scale(unit[:-3])
+        if unit.endswith("b/s"):  # bits per second
+            s = _scale(unit[:-3])
+            return None if s is None else s / 8.0
+        if unit.endswith("bps"):
+            s = _scale(unit[:-3])
+            return None if s is None else s / 8.0
+        return None
+    if kind == "flop_per_s":
+        for suffix in ("FLOP/s", "FLOPS", "flop/s"):
+            if unit.endswith(suffix):
+                return _scale(unit[: -len(suffix)])
+        return None
+    if kind == "s":
+        return _TIME.get(unit)
+    if kind == "j_per_bit":
+        energy = {"J/bit": 1.0, "mJ/bit": 1e-3, "uJ/bit": 1e-6, "nJ/bit": 1e-9, "pJ/bit": 1e-12, "fJ/bit": 1e-15}
+        return energy.get(unit)
+    raise KeyError(kind)
+
+
+def parse_quantity(value: object, kind: str, field: str = "value") -> float:
+    """Parse ``value`` (a number already in SI units, or a string with a unit) into a float.
+
+    A string must carry a unit: "900" for a bandwidth is ambiguous and rejected.
+    """
+    from meshplan.errors import MeshplanError
+
+    if isinstance(value, bool):
+        raise MeshplanError(field, value, f"expected {KINDS[kind]}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if not isinstance(value, str):
+        raise MeshplanError(field, value, f"expected {KINDS[kind]}")
+    match = _PATTERN.match(value)
+    if not match or not match.group("unit"):
+        raise MeshplanError(field, value, f"expected {KINDS[kind]} (a unit is required)")
+    scale = _parse_unit(match.group("unit"), kind)
+    if scale is None:
+        raise MeshplanError(field, value, f"unknown unit {match.group('unit')!r}; expected {KINDS[kind]}")
+    return float(match.group("num")) * scale
+
+
+def format_bytes(n: float) -> str:
+    """'81.9 GB' style, decimal units (GB = 1e9 bytes)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_seconds(t: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(t) >= scale:
+            return f"{t / scale:.4g} {unit}"
+    return f"{t * 1e9:.3g} ns"
