@@ -1,0 +1,60 @@
+"""Time of one op on one device: a roofline with an achieved-efficiency model.
+
+COMET (Kumar et al.), Sec. 3.3.1, Eq. (1)-(2): time = flop / min(peak, OI x bandwidth), i.e. the
+larger of the compute time and the memory time. Peaks are scaled by the device's efficiency
+curves (meshplan.costs.efficiency) and every kernel pays a fixed launch overhead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from meshplan.costs.efficiency import achieved_fraction
+from meshplan.specs.device import Device, Efficiency
+
+
+def gemm_traffic_bytes(u_bytes, v_bytes, w_bytes, buffer_bytes):
+    """HBM traffic of a GEMM with inputs of U and V bytes and an output of W bytes.
+
+    COMET Sec. 3.3.2: one operand is tiled to fit the on-chip buffer of S bytes, the other is
+    streamed once per tile; traffic = min(ceil(U/S)·V + U, ceil(V/S)·U + V) + W.
+    """
+    psi1 = np.ceil(u_bytes / buffer_bytes) * v_bytes + u_bytes
+    psi2 = np.ceil(v_bytes / buffer_bytes) * u_bytes + v_bytes
+    return np.minimum(psi1, psi2) + w_bytes
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """What a device achieves, resolved once for a precision."""
+
+    peak_flop_per_s: float
+    bytes_per_s: float  # achieved HBM bandwidth
+    buffer_bytes: float
+    efficiency: Efficiency
+
+    @classmethod
+    def of(cls, device: Device, efficiency: Efficiency, precision: str) -> "Roofline":
+        return cls(
+            peak_flop_per_s=device.peak(precision),
+            bytes_per_s=device.hbm_bytes_per_s * efficiency.memory,
+            buffer_bytes=device.sram_bytes,
+            efficiency=efficiency,
+        )
+
+    def matmul_s(self, m, k, n, element_bytes):
+        """One GEMM (m x k)·(k x n): max(compute, memory) + launch overhead."""
+        flop = 2.0 * m * k * n
+        traffic = gemm_traffic_bytes(m * k * element_bytes, k * n * element_bytes, m * n * element_bytes, self.buffer_bytes)
+        compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.matmul, flop))
+        return np.maximum(compute, traffic / self.bytes_per_s) + self.efficiency.kernel_overhead_s
+
+    def attention_s(self, flop, traffic_bytes):
+        compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.attention, flop))
+        return np.maximum(compute, traffic_bytes / self.bytes_per_s) + self.efficiency.kernel_overhead_s
+
+    def memory_s(self, traffic_bytes):
+        """A streaming (elementwise, lookup, optimizer) kernel."""
+        return traffic_bytes / self.bytes_per_s + self.efficiency.kernel_overhead_s

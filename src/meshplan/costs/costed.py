@@ -1,0 +1,121 @@
+"""Attach times to a Program: every op through the roofline, every collective through its
+algorithm over the levels its group spans."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan import catalog
+from meshplan.costs.collectives import collective_s
+from meshplan.costs.compute import Roofline
+from meshplan.parallel.program import Comm, Program, ShardedOp
+
+#: the reverse of each collective in backward (all-gather's gradient is a reduce-scatter)
+BACKWARD_OF = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "send_recv": "send_recv", "all_to_all": "all_to_all"}
+
+#: bytes an Adam step moves per parameter: read fp32 master, m, v, gradient; write master, m, v
+#: and the 16-bit copy (4·4 + 3·4 + 2 = 30)
+ADAM_BYTES_PER_PARAM = 30.0
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    forward_s: float
+    backward_s: float
+
+
+@dataclass(frozen=True)
+class RoleTimes:
+    """Per micro-batch times of one device of a role."""
+
+    compute_forward_s: float
+    compute_backward_s: float  # includes recompute
+    recompute_s: float
+    tp_forward_s: float
+    tp_backward_s: float  # includes the re-run forward collectives of full recompute
+    cp_exposed_s: float  # both passes
+    pp_s: float  # both passes
+
+
+@dataclass(frozen=True)
+class CostedProgram:
+    program: Program
+    layer_ops: dict[str, OpTimes]
+    roles: tuple[RoleTimes, ...]
+    dp_s: float  # per step
+    zero3_gather_s: float  # per micro-batch, all gathers
+    zero3_scatter_s: float  # per micro-batch
+    optimizer_s: float
+
+
+def _op_times(op: ShardedOp, roof: Roofline, element_bytes: float) -> OpTimes:
+    kind = op.op.kind
+    if kind == "matmul":
+        fwd = roof.matmul_s(op.m, op.k, op.n, element_bytes)
+        # input gradient (m x n)·(n x k) and weight gradient (k x m)·(m x n): COMET Table 1
+        bwd = roof.matmul_s(op.m, op.n, op.k, element_bytes) + roof.matmul_s(op.k, op.m, op.n, element_bytes)
+        return OpTimes(float(fwd), float(bwd))
+    if kind == "attention":
+        fwd = roof.attention_s(op.flop, op.bytes)
+        bwd = roof.attention_s(2.0 * op.flop, 2.0 * op.bytes)
+        return OpTimes(float(fwd), float(bwd))
+    fwd = roof.memory_s(op.bytes)
+    return OpTimes(float(fwd), float(roof.memory_s(2.0 * op.bytes)))
+
+
+def _comm_s(comm: Comm, backward: bool = False) -> float:
+    kind = BACKWARD_OF[comm.kind] if backward else comm.kind
+    return comm.count * collective_s(kind, comm.bytes, comm.span)  # type: ignore[arg-type]
+
+
+def cost_program(program: Program) -> CostedProgram:
+    s = program.scenario
+    device = s.cluster.device
+    roof = Roofline.of(device, catalog.efficiency(device.efficiency), s.plan.precision)
+    eb = program.element_bytes
+
+    layer_ops = {op.op.name: _op_times(op, roof, eb) for op in program.layer}
+    layer_fwd = sum(t.forward_s for t in layer_ops.values())
+    layer_bwd = sum(t.backward_s for t in layer_ops.values())
+    layer_recompute = sum(layer_ops[name].forward_s for name in program.recompute_ops)
+    tp_fwd = sum(_comm_s(c) for c in program.layer_tp_comms)
+    tp_bwd = sum(_comm_s(c, backward=True) for c in program.layer_tp_comms)
+    if s.plan.recompute == "full":
+        tp_bwd += tp_fwd
+    # ring attention overlaps the K/V exchange with the attention of the local block
+    attention = layer_ops["attention"]
+    cp_fwd = sum(_comm_s(c) for c in program.layer_cp_comms)
+    cp_bwd = sum(_comm_s(c, backward=True) for c in program.layer_cp_comms)
+    cp_exposed = max(0.0, cp_fwd - attention.forward_s) + max(0.0, cp_bwd - attention.backward_s)
+    pp_s = 2.0 * program.pp_sends_per_micro_batch * _comm_s(program.pp_comm) if program.pp_comm else 0.0
+
+    roles = []
+    for role in program.roles:
+        edge = [_op_times(op, roof, eb) for op in (*role.head, *role.tail)]
+        edge_comm = sum(_comm_s(c) for c in (*role.head_comms, *role.tail_comms))
+        edge_comm_bwd = sum(_comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))
+        roles.append(
+            RoleTimes(
+                compute_forward_s=role.layers * layer_fwd + sum(t.forward_s for t in edge),
+                compute_backward_s=role.layers * (layer_bwd + layer_recompute) + sum(t.backward_s for t in edge),
+                recompute_s=role.layers * layer_recompute,
+                tp_forward_s=role.layers * tp_fwd + edge_comm,
+                tp_backward_s=role.layers * tp_bwd + edge_comm_bwd,
+                cp_exposed_s=role.layers * cp_exposed,
+                pp_s=pp_s,
+            )
+        )
+
+    dp_s = sum(_comm_s(c) for c in program.dp_comms)
+    gathers = [c for c in program.zero3_comms if c.kind == "all_gather"]
+    scatters = [c for c in program.zero3_comms if c.kind == "reduce_scatter"]
+    optimizer_s = float(roof.memory_s(program.optimizer_params * ADAM_BYTES_PER_PARAM))
+    return CostedProgram(
+        program=program,
+        layer_ops=layer_ops,
+        roles=tuple(roles),
+        dp_s=dp_s,
+        zero3_gather_s=sum(_comm_s(c) for c in gathers),
+        zero3_scatter_s=sum(_comm_s(c) for c in scatters),
+        optimizer_s=optimizer_s,
+    )

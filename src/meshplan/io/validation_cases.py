@@ -1,0 +1,119 @@
+"""Read validation cases (shared/validation/SCHEMA.md, schema v1) and predict each one.
+
+Unknown extra keys are kept and ignored. Cases meshplan cannot model yet (MoE, DLRM) are
+reported with a ``skipped`` reason, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshplan import catalog
+from meshplan.errors import MeshplanError
+from meshplan.io.files import load_yaml_or_json
+
+_MODEL_FIELDS = (
+    "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
+    "ffn_hidden_size", "ffn_type", "vocab_size", "tied_embeddings",
+)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    id: str
+    group: str
+    measured_step_time_s: float | None
+    predicted_step_time_s: float | None
+    relative_error: float | None  # (predicted - measured) / measured
+    skipped: str | None = None
+    fits: bool | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _get(case: dict, path: str, where: str):
+    node = case
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            raise MeshplanError(f"{where}.{path}", None, "this field is required by the validation schema")
+        node = node[key]
+    return node
+
+
+def case_inputs(case: dict, where: str) -> dict:
+    """Keyword arguments for ``meshplan.estimate`` from one dense case."""
+    model = _get(case, "model", where)
+    model_data = {k: model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
+    model_data["id"] = str(case.get("id", "case"))
+    model_data["name"] = str(model.get("name", ""))
+    batch = _get(case, "batch", where)
+    par = case.get("parallelism") or {}
+    hardware = _get(case, "hardware", where)
+    plan = {
+        "tp": par.get("tp", 1),
+        "pp": par.get("pp", 1),
+        "cp": par.get("cp", 1),
+        "ep": par.get("ep", 1),
+        "sequence_parallel": bool(par.get("sequence_parallel", False)),
+        "virtual_pipeline_stages": par.get("virtual_pipeline_stages", 1),
+        "zero_stage": par.get("zero_stage", 0),
+        "recompute": par.get("activation_recompute", "none"),
+        "micro_batch_size": _get(case, "batch.micro_batch_size", where),
+        "global_batch_size": _get(case, "batch.global_batch_sequences", where),
+        "seq_len": batch.get("seq_len"),
+        "precision": case.get("precision", "bf16"),
+    }
+    if par.get("dp") is not None:
+        plan["dp"] = par["dp"]
+    return {
+        "model": model_data,
+        "cluster": _get(case, "hardware.cluster", where),
+        "num_devices": hardware.get("num_devices"),
+        "plan": plan,
+    }
+
+
+def load_cases(path: str | Path) -> list[dict]:
+    data = load_yaml_or_json(path)
+    if not isinstance(data, list):
+        raise MeshplanError(str(path), type(data).__name__, "a validation file is a YAML list of cases (SCHEMA.md)")
+    for index, case in enumerate(data):
+        if not isinstance(case, dict):
+            raise MeshplanError(f"{path}[{index}]", case, "each case is a mapping with id, group, model, ...")
+    return data
+
+
+def run_case(case: dict, index: int) -> CaseResult:
+    from meshplan.api import estimate
+
+    case_id = str(case.get("id", f"case-{index}"))
+    group = str(case.get("group", "ungrouped"))
+    measured = (case.get("measured") or {}).get("step_time_s")
+    arch = (case.get("model") or {}).get("arch", "dense")
+    if arch != "dense":
+        return CaseResult(case_id, group, measured, None, None, skipped=f"arch '{arch}' is not modelled yet")
+    cluster_id = (case.get("hardware") or {}).get("cluster")
+    if cluster_id not in catalog.cluster_ids():
+        return CaseResult(case_id, group, measured, None, None, skipped=f"cluster '{cluster_id}' is not in the catalog")
+    result = estimate(**case_inputs(case, case_id))
+    error = None if not measured else (result.step_time_s - measured) / measured
+    return CaseResult(case_id, group, measured, result.step_time_s, error, fits=result.fits)
+
+
+def validate(path: str | Path) -> list[CaseResult]:
+    return [run_case(case, i) for i, case in enumerate(load_cases(path))]
+
+
+def summarize(results: list[CaseResult]) -> dict[str, dict]:
+    """Per group: number of cases, median and maximum absolute relative error."""
+    groups: dict[str, list[float]] = {}
+    for r in results:
+        if r.relative_error is not None:
+            groups.setdefault(r.group, []).append(abs(r.relative_error))
+    return {
+        g: {"cases": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
+        for g, errs in groups.items()
+    }

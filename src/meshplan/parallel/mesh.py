@@ -1,0 +1,34 @@
+"""The device mesh: how ranks are laid out over the axes tp, cp, dp, pp (innermost first)."""
+
+from __future__ import annotations
+
+from meshplan.costs.collectives import GroupSpan, group_span
+from meshplan.specs.cluster import Cluster
+from meshplan.specs.plan import Plan
+
+
+def degrees(plan: Plan) -> dict[str, int]:
+    return {"tp": plan.tp, "cp": plan.cp, "dp": plan.dp or 1, "pp": plan.pp}
+
+
+def axis_stride(plan: Plan, axis: str) -> int:
+    """Rank distance between neighbours on ``axis``: the product of the degrees inside it."""
+    sizes = degrees(plan)
+    stride = 1
+    for name in plan.order.split("-"):
+        if name == axis:
+            return stride
+        stride *= sizes[name]
+    raise KeyError(axis)
+
+
+def axis_span(cluster: Cluster, plan: Plan, axis: str) -> GroupSpan:
+    """The network levels a group along ``axis`` spans."""
+    return group_span(cluster, degrees(plan)[axis], axis_stride(plan, axis))
+
+
+def pipeline_neighbour_span(cluster: Cluster, plan: Plan) -> GroupSpan:
+    """The link between two adjacent pipeline stages (a group of two, pp-stride apart)."""
+    if plan.pp == 1:
+        return GroupSpan(1, ())
+    return group_span(cluster, 2, axis_stride(plan, "pp"))

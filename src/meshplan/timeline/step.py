@@ -1,0 +1,150 @@
+"""From costed work to a step: streams, overlap and the pipeline schedule (MAD Max Sec. 4.3).
+
+Each device has a compute stream and communication streams. Tensor- and context-parallel
+collectives block the compute that needs their result, so they sit on the critical path (COMET
+Sec. 3.3.3). Data-parallel gradient reduction runs on its own stream behind the last backward
+pass; ZeRO-3/FSDP weight gathers are prefetched one layer ahead, so per pass the longer of
+compute and communication counts, plus one layer of the shorter one that cannot hide.
+"""
+
+from __future__ import annotations
+
+from meshplan.costs.costed import CostedProgram, RoleTimes
+from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
+from meshplan.timeline.pipeline_schedule import pipeline_time_s
+
+
+def _overlap(compute: float, comm: float, pieces: int, overlapped: bool) -> float:
+    """Two streams over ``pieces`` equal pieces: one piece of the shorter one cannot hide."""
+    if not overlapped:
+        return compute + comm
+    return max(compute, comm) + min(compute, comm) / max(pieces, 1)
+
+
+def _micro_batch_s(t: RoleTimes, costed: CostedProgram, layers: int) -> tuple[float, float, float, float]:
+    """(forward, backward, zero3 exposed forward, zero3 exposed backward) for one micro-batch."""
+    plan = costed.program.scenario.plan
+    forward = t.compute_forward_s + t.tp_forward_s
+    backward = t.compute_backward_s + t.tp_backward_s
+    cp_half = t.cp_exposed_s / 2.0
+    forward += cp_half + t.pp_s / 2.0
+    backward += cp_half + t.pp_s / 2.0
+    z3_fwd = z3_bwd = 0.0
+    if costed.zero3_gather_s or costed.zero3_scatter_s:
+        passes = 3.0 if plan.recompute == "full" else 2.0
+        gather_one = costed.zero3_gather_s / passes
+        fwd_total = _overlap(forward, gather_one, layers, plan.overlap_param_gather)
+        bwd_comm = costed.zero3_gather_s - gather_one + costed.zero3_scatter_s
+        bwd_total = _overlap(backward, bwd_comm, layers, plan.overlap_param_gather)
+        z3_fwd, z3_bwd = fwd_total - forward, bwd_total - backward
+    return forward, backward, z3_fwd, z3_bwd
+
+
+def step_estimate(costed: CostedProgram) -> Estimate:
+    program = costed.program
+    s = program.scenario
+    plan = s.plan
+    m = s.num_micro_batches
+    v = plan.virtual_pipeline_stages
+
+    per_role = []
+    for role, times in zip(program.roles, costed.roles):
+        f, b, z3f, z3b = _micro_batch_s(times, costed, role.layers)
+        per_role.append((role, times, f + z3f, b + z3b, z3f + z3b))
+    cycles = [(f + b, role.stages) for role, _, f, b, _ in per_role]
+    pipe_s, bubble_s = pipeline_time_s(cycles, m, v)
+
+    # the first stage finishes its last backward at pipe_s; a later stage finishes earlier by
+    # the backward passes of the stages before it, and has that much slack for its own tail
+    ends = []
+    offset = 0.0
+    for role, times, f, b, _ in per_role:
+        dp_exposed = costed.dp_s
+        if plan.overlap_grad_reduce and costed.dp_s:
+            dp_exposed = max(costed.dp_s - b, costed.dp_s / max(role.layers, 1))
+        ends.append(pipe_s - offset + dp_exposed + costed.optimizer_s)
+        offset += b * role.stages
+    step_s = max(max(ends), pipe_s + costed.optimizer_s)
+
+    critical = max(range(len(per_role)), key=lambda i: per_role[i][2] + per_role[i][3])
+    role, times, f, b, z3 = per_role[critical]
+    exposed = {
+        "tp": m * (times.tp_forward_s + times.tp_backward_s),
+        "cp": m * times.cp_exposed_s,
+        "pp": m * times.pp_s,
+        "dp": step_s - pipe_s - costed.optimizer_s + m * z3,
+    }
+    compute_s = m * (times.compute_forward_s + times.compute_backward_s)
+    breakdown = StepBreakdown(
+        compute_s=compute_s,
+        recompute_s=m * times.recompute_s,
+        exposed_comm_s=exposed,
+        bubble_s=bubble_s,
+        optimizer_s=costed.optimizer_s,
+    )
+    comm_total = {
+        "tp": exposed["tp"],
+        "cp": m * 0.0 + exposed["cp"],
+        "pp": exposed["pp"],
+        "dp": costed.dp_s + m * (costed.zero3_gather_s + costed.zero3_scatter_s),
+    }
+    serialized = compute_s + sum(comm_total.values()) + costed.optimizer_s
+
+    model_flop, hardware_flop = _flop_per_step(program)
+    peak = s.cluster.device.peak(plan.precision)
+    worst_memory = min((r.memory for r in program.roles), key=lambda mem: mem.headroom_bytes)
+    fits = all(r.memory.fits for r in program.roles)
+    warnings = ()
+    if not fits:
+        warnings = (
+            f"does not fit: {worst_memory.total_bytes / 1e9:.1f} GB needed per device, "
+            f"{worst_memory.capacity_bytes / 1e9:.1f} GB available",
+        )
+    return Estimate(
+        model_id=s.model.id,
+        cluster_id=s.cluster.id,
+        num_devices=s.num_devices,
+        plan=plan.model_dump(),
+        step_time_s=step_s,
+        tokens_per_s=s.tokens_per_step / step_s,
+        samples_per_s=s.global_batch_size / step_s,
+        mfu=model_flop / (step_s * s.num_devices * peak),
+        hfu=hardware_flop / (step_s * s.num_devices * peak),
+        model_flop_per_step=model_flop,
+        hardware_flop_per_step=hardware_flop,
+        tflops_per_device=hardware_flop / (step_s * s.num_devices) / 1e12,
+        breakdown=breakdown,
+        serialized_s=serialized,
+        overlapped_s=step_s,
+        comm_total_s=comm_total,
+        memory=worst_memory,
+        roles=tuple(RoleEstimate(r.name, r.devices, f, b, r.memory) for r, _, f, b, _ in per_role),
+        fits=fits,
+        warnings=warnings,
+        train_tokens=s.task.train_tokens,
+    )
+
+
+def _flop_per_step(program) -> tuple[float, float]:
+    """(model flop, hardware flop) for the whole step, all devices.
+
+    Model flop counts matmuls and attention once forward and twice backward (Narayanan et al.
+    SC21, Eq. 3 without recompute); hardware flop adds what recompute re-runs (Eq. 3 itself for
+    full recompute: 96·B·s·l·h²·(1 + s/6h + V/16lh) for GPT shapes).
+    """
+    from meshplan.workloads.transformer import lower
+
+    s = program.scenario
+    graph = lower(s.model, s.plan.micro_batch_size, s.seq_len, 2.0, s.plan.flash_attention)
+    micro_batches_total = s.global_batch_size / s.plan.micro_batch_size
+
+    def dense(ops):
+        return sum(op.flop for op in ops if op.kind in ("matmul", "attention"))
+
+    layer = dense(graph.layer.ops)
+    forward = dense(graph.head.ops) + layer * s.model.num_layers + dense(graph.tail.ops)
+    recomputed = {op.op.name for op in program.layer if op.op.name in program.recompute_ops}
+    recompute = sum(op.flop for op in graph.layer.ops if op.name in recomputed and op.kind in ("matmul", "attention"))
+    model = 3.0 * forward * micro_batches_total
+    hardware = model + recompute * s.model.num_layers * micro_batches_total
+    return model, hardware

@@ -1,0 +1,93 @@
+"""Ops: the unit of work a model is lowered to, with flop, bytes moved, weights and saved tensors.
+
+An op describes its full (unsharded) size for one micro-batch. How it shards is declared as data
+(``shard``), and applied by ``meshplan.parallel``: the workload never knows the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+OpKind = Literal["matmul", "attention", "elementwise", "lookup"]
+
+#: how an op divides over tensor parallelism:
+#:   "tp" - always split tp ways (column/row-parallel matmuls, the FFN activation, attention heads)
+#:   "sp" - split tp ways only with sequence parallelism (norms, dropout, residual)
+#:   "none" - replicated
+Shard = Literal["tp", "sp", "none"]
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A tensor kept from forward for backward: bytes for one micro-batch, and how it shards."""
+
+    name: str
+    bytes: float
+    shard: Shard
+    attention_scores: bool = False  # the s^2 terms that selective recompute drops
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel of the forward pass for one micro-batch (all tokens, all heads).
+
+    matmul: ``m x k`` times ``k x n`` (COMET Table 1); ``flop = 2 m k n``.
+    attention: the scores and context of all heads (flash-style: Q, K, V in, O out).
+    elementwise / lookup: memory bound; ``bytes`` is what one forward moves through HBM.
+    Backward costs follow COMET Table 1: a matmul runs two matmuls of the same flop
+    (input gradient, weight gradient); attention runs twice its forward flop; elementwise ops
+    move twice their forward bytes.
+    """
+
+    name: str
+    kind: OpKind
+    shard: Shard
+    flop: float = 0.0
+    bytes: float = 0.0  # HBM traffic of the forward (for matmuls: computed from m, k, n)
+    m: float = 0.0
+    k: float = 0.0
+    n: float = 0.0
+    shard_dim: Literal["m", "k", "n", ""] = ""  # which matmul dim tp splits
+    params: float = 0.0
+    saved: tuple[Saved, ...] = ()
+
+
+@dataclass(frozen=True)
+class Block:
+    """A repeated group of ops (a decoder layer) and how many times it repeats."""
+
+    name: str
+    ops: tuple[Op, ...]
+    count: int
+
+    @property
+    def params(self) -> float:
+        return sum(op.params for op in self.ops)
+
+    @property
+    def flop(self) -> float:
+        return sum(op.flop for op in self.ops)
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A lowered model for one micro-batch: blocks kept as (block, count), never unrolled.
+
+    ``head`` runs once before the blocks (embedding), ``tail`` once after (final norm, logits, loss).
+    """
+
+    head: Block
+    layer: Block
+    tail: Block
+    tokens: int  # tokens in one micro-batch
+    seq_len: int
+    activation_bytes: float  # bytes per activation element (2 for bf16/fp16)
+
+    @property
+    def params(self) -> float:
+        return self.head.params + self.layer.params * self.layer.count + self.tail.params
+
+    @property
+    def forward_flop(self) -> float:
+        return self.head.flop + self.layer.flop * self.layer.count + self.tail.flop
