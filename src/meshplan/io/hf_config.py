@@ -1,0 +1,259 @@
+"""Import a HuggingFace ``config.json`` as a :class:`TransformerModel`, offline.
+
+The file is read with the ``json`` module: no ``transformers`` dependency, no network. Each
+supported ``model_type`` belongs to a family that says where its sizes live:
+
+- llama-style (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``, and configs with
+  no ``model_type`` that use the llama field names): ``num_hidden_layers``, ``hidden_size``,
+  ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``,
+  ``vocab_size``, ``max_position_embeddings``. The MLP is gated: SiLU gives ``swiglu``, GELU
+  gives ``geglu`` (Gemma).
+- ``gpt_neox``: the same field names, a plain (ungated) GELU MLP, LayerNorm.
+- ``gpt2``: ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (default ``4 * n_embd``),
+  ``n_positions``; GELU MLP, LayerNorm, tied embeddings.
+
+Defaults for optional fields follow the HuggingFace config class of each type (for example
+``tie_word_embeddings`` is false for Llama and true for Gemma). Mixture-of-experts configs are
+refused with a clear error until meshplan models experts.
+
+A llama-style architecture under another ``model_type`` can be imported by loading the JSON,
+setting ``"model_type": "llama"`` and passing the dict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from meshplan.errors import MeshplanError
+from meshplan.specs.base import build
+from meshplan.specs.model import TransformerModel
+
+#: ``max_position_embeddings`` is the longest context a model supports (131,072 for Qwen2-7B),
+#: not the length it is trained at; meshplan's ``seq_len`` is a default *training* length, and
+#: activation memory grows with it, so the default is capped here. Plans set their own length
+#: with ``plan.seq_len``.
+SEQ_LEN_CAP = 8192
+
+#: keys that give the number of experts; a value above 1 means a mixture-of-experts model
+MOE_KEYS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
+
+
+@dataclass(frozen=True)
+class _Family:
+    """Where one kind of config keeps its sizes, and the defaults its HF config class uses."""
+
+    layers: str
+    hidden: str
+    heads: str
+    ffn: str
+    ffn_optional: bool  # True: 4 * hidden when the ffn key is absent or null (GPT-2)
+    positions: str
+    activation_keys: tuple[str, ...]
+    default_activation: str
+    gated: bool
+    tied_default: bool
+    norm_default: str
+
+
+_LLAMA_KEYS = dict(
+    layers="num_hidden_layers",
+    hidden="hidden_size",
+    heads="num_attention_heads",
+    ffn="intermediate_size",
+    ffn_optional=False,
+    positions="max_position_embeddings",
+    activation_keys=("hidden_activation", "hidden_act"),
+)
+_LLAMA = _Family(**_LLAMA_KEYS, default_activation="silu", gated=True, tied_default=False,
+                 norm_default="rmsnorm")
+_GEMMA = _Family(**_LLAMA_KEYS, default_activation="gelu_pytorch_tanh", gated=True,
+                 tied_default=True, norm_default="rmsnorm")
+_NEOX = _Family(**{**_LLAMA_KEYS, "activation_keys": ("hidden_act",)}, default_activation="gelu",
+                gated=False, tied_default=False, norm_default="layernorm")
+_GPT2 = _Family(layers="n_layer", hidden="n_embd", heads="n_head", ffn="n_inner", ffn_optional=True,
+                positions="n_positions", activation_keys=("activation_function",),
+                default_activation="gelu_new", gated=False, tied_default=True,
+                norm_default="layernorm")
+
+FAMILIES: dict[str, _Family] = {
+    "llama": _LLAMA,
+    "mistral": _LLAMA,
+    "qwen2": _LLAMA,
+    "qwen3": _LLAMA,
+    "gemma": _GEMMA,
+    "gemma2": _GEMMA,
+    "gpt_neox": _NEOX,
+    "gpt2": _GPT2,
+}
+
+
+def model_from_hf_config(
+    path_or_dict: str | os.PathLike[str] | dict[str, Any], model_id: str | None = None
+) -> TransformerModel:
+    """Read a HuggingFace ``config.json`` (a file, a folder holding one, or its parsed dict).
+
+    The model id is ``model_id`` if given, else the folder holding the file (the repo id for a
+    HuggingFace cache snapshot), else ``_name_or_path`` from the config. ``sources`` records the
+    file read. Every bad input raises :class:`MeshplanError` naming the config key.
+    """
+    if isinstance(path_or_dict, dict):
+        config, path = path_or_dict, None
+    elif isinstance(path_or_dict, (str, os.PathLike)):
+        path = _config_path(Path(path_or_dict))
+        config = _read_json(path)
+    else:
+        raise MeshplanError("path", path_or_dict, "a path to a config.json, or its parsed dict")
+    where = f"in {path}" if path else None
+
+    _refuse_moe(config, where)
+    model_type = config.get("model_type")
+    if model_type is None:
+        family = _LLAMA  # generic: no model_type, llama field names
+    elif isinstance(model_type, str) and model_type in FAMILIES:
+        family = FAMILIES[model_type]
+    else:
+        hint = "this is a multimodal config; pass its text_config dict" if "text_config" in config else where
+        raise MeshplanError("model_type", model_type, f"supported: {', '.join(FAMILIES)}", hint=hint)
+
+    hidden = _size(config, family.hidden, where)
+    if family.ffn_optional and config.get(family.ffn) is None:
+        ffn = 4 * hidden
+    else:
+        ffn = _size(config, family.ffn, where)
+    spec: dict[str, Any] = {
+        "id": _model_id(model_id, path, config),
+        "num_layers": _size(config, family.layers, where),
+        "hidden_size": hidden,
+        "num_attention_heads": _size(config, family.heads, where),
+        "ffn_hidden_size": ffn,
+        "ffn_type": _ffn_type(config, family, where),
+        "vocab_size": _size(config, "vocab_size", where),
+        "tied_embeddings": _flag(config, "tie_word_embeddings", family.tied_default, where),
+        "norm": _norm(config, family),
+    }
+    spec["name"] = spec["id"]
+    for key, field in (("num_key_value_heads", "num_kv_heads"), ("head_dim", "head_dim")):
+        if family is not _GPT2 and config.get(key) is not None:
+            spec[field] = _size(config, key, where)
+    _check_heads(spec, family, where)
+    if config.get(family.positions) is not None:
+        spec["seq_len"] = min(_size(config, family.positions, where), SEQ_LEN_CAP)
+    if path is not None:
+        spec["sources"] = {"hf_config": str(path)}
+    elif isinstance(config.get("_name_or_path"), str) and config["_name_or_path"]:
+        spec["sources"] = {"hf_config": f"config.json of {config['_name_or_path']}"}
+    return build(TransformerModel, spec, "hf_config")
+
+
+def _config_path(path: Path) -> Path:
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise MeshplanError("path", str(path.absolute()), "an existing config.json file (or a folder holding one)")
+    return path.resolve()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise MeshplanError("path", str(path), f"a readable UTF-8 file ({err})") from None
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise MeshplanError(
+            "path", str(path), f"valid JSON; {err.msg} at line {err.lineno} column {err.colno}"
+        ) from None
+    if not isinstance(config, dict):
+        raise MeshplanError("path", str(path), f"a JSON object at the top level, not {type(config).__name__}")
+    return config
+
+
+def _refuse_moe(config: dict[str, Any], where: str | None) -> None:
+    for key in MOE_KEYS:
+        value = config.get(key)
+        if value not in (None, 0, 1, False):
+            raise MeshplanError(
+                key, value, "mixture-of-experts models are not supported yet; only dense models",
+                hint=where,
+            )
+
+
+def _size(config: dict[str, Any], key: str, where: str | None) -> int:
+    """A positive integer from the config (a JSON float with an integer value is accepted)."""
+    if key not in config or config[key] is None:
+        raise MeshplanError(key, None, "this field is required in the config", hint=where)
+    value = config[key]
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise MeshplanError(key, config[key], "a positive integer", hint=where)
+    return value
+
+
+def _check_heads(spec: dict[str, Any], family: _Family, where: str | None) -> None:
+    """The spec's shape checks, raised here so the error names the config key."""
+    heads, kv = spec["num_attention_heads"], spec.get("num_kv_heads")
+    if "head_dim" not in spec and spec["hidden_size"] % heads:
+        raise MeshplanError(
+            family.heads, heads, f"a divisor of {family.hidden} ({spec['hidden_size']}), or give head_dim",
+            hint=where,
+        )
+    if kv is not None and heads % kv:
+        raise MeshplanError("num_key_value_heads", kv, f"a divisor of {family.heads} ({heads})", hint=where)
+
+
+def _flag(config: dict[str, Any], key: str, default: bool, where: str | None) -> bool:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise MeshplanError(key, value, "true or false", hint=where)
+    return value
+
+
+def _ffn_type(config: dict[str, Any], family: _Family, where: str | None) -> str:
+    key = next((k for k in family.activation_keys if config.get(k) is not None), family.activation_keys[-1])
+    act = config.get(key) or family.default_activation
+    if not isinstance(act, str):
+        raise MeshplanError(key, act, "an activation name such as silu or gelu", hint=where)
+    name = act.lower()
+    if name in ("silu", "swish") and family.gated:
+        return "swiglu"
+    if name.startswith("gelu"):
+        return "geglu" if family.gated else "gelu"
+    if name == "relu" and not family.gated:
+        return "relu"
+    valid = "silu, swish or gelu*" if family.gated else "gelu* or relu"
+    raise MeshplanError(key, act, f"one of {valid} for this model_type", hint=where)
+
+
+def _norm(config: dict[str, Any], family: _Family) -> str:
+    """The norm named by its epsilon key, else the one the family's architecture uses."""
+    if "rms_norm_eps" in config:
+        return "rmsnorm"
+    if any(key in config for key in ("layer_norm_eps", "layer_norm_epsilon")):
+        return "layernorm"
+    return family.norm_default
+
+
+def _model_id(model_id: str | None, path: Path | None, config: dict[str, Any]) -> str:
+    if model_id:
+        return model_id
+    if path is not None:
+        folder = path.parent
+        # HF cache: .../models--ORG--NAME/snapshots/<commit>/config.json
+        if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+            return folder.parent.parent.name.removeprefix("models--").replace("--", "/")
+        if folder.name:
+            return folder.name
+    name = config.get("_name_or_path")
+    if isinstance(name, str) and name.strip("/"):
+        if name.startswith(("/", ".", "~")):  # a local path, not a hub repo id
+            return Path(name).name or name
+        return name
+    return "custom"
