@@ -1,0 +1,168 @@
+"""The command line: the only place that parses arguments or prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from meshplan.errors import MeshplanError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Predict and plan how large ML models run on accelerator clusters.",
+)
+catalog_app = typer.Typer(no_args_is_help=True, help="List and show built-in devices, clusters and models.")
+app.add_typer(catalog_app, name="catalog")
+
+_PLAN_FLAGS = {
+    "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "global_batch": "global_batch_size",
+    "micro_batch": "micro_batch_size", "seq_len": "seq_len", "vpp": "virtual_pipeline_stages",
+    "schedule": "schedule", "zero": "zero_stage", "recompute": "recompute", "precision": "precision",
+    "sequence_parallel": "sequence_parallel",
+}
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+@app.command()
+def estimate(
+    model: Optional[str] = typer.Option(None, help="Catalog model id, or a HuggingFace config.json path."),
+    cluster: Optional[str] = typer.Option(None, help="Catalog cluster id."),
+    devices: Optional[int] = typer.Option(None, help="Number of devices (default: tp*cp*pp*dp)."),
+    tp: Optional[int] = typer.Option(None, help="Tensor-parallel degree."),
+    pp: Optional[int] = typer.Option(None, help="Pipeline-parallel degree."),
+    dp: Optional[int] = typer.Option(None, help="Data-parallel degree (default: inferred)."),
+    cp: Optional[int] = typer.Option(None, help="Context-parallel degree."),
+    global_batch: Optional[int] = typer.Option(None, help="Sequences per step."),
+    micro_batch: Optional[int] = typer.Option(None, help="Sequences per micro-batch."),
+    seq_len: Optional[int] = typer.Option(None, help="Tokens per sequence (default: the model's)."),
+    vpp: Optional[int] = typer.Option(None, help="Virtual pipeline stages per device (interleaved 1F1B)."),
+    schedule: Optional[str] = typer.Option(None, help="Pipeline schedule: 1f1b or gpipe."),
+    zero: Optional[int] = typer.Option(None, help="ZeRO stage 0-3 (3 = FSDP full shard)."),
+    recompute: Optional[str] = typer.Option(None, help="Activation recompute: none, selective or full."),
+    precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
+    sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
+    train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time and GPU-hours."),
+    config: Optional[Path] = typer.Option(None, help="Run config (YAML or JSON)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. plan.tp=4 (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
+    trace: Optional[Path] = typer.Option(None, help="Write a Chrome/Perfetto trace of the step here."),
+):
+    """Predict one training step: time, throughput, MFU, memory and where the time goes."""
+    from meshplan import api
+    from meshplan.config import apply_override, load_config
+
+    cfg = load_config(str(config) if config else None)
+    for assignment in set_:
+        cfg = apply_override(cfg, assignment)
+    flags = locals()
+    plan = dict(cfg.get("plan") or {})
+    for flag, field in _PLAN_FLAGS.items():
+        if flags[flag] is not None:
+            plan[field] = flags[flag]
+    task = dict(cfg.get("task") or {})
+    if train_tokens is not None:
+        task["train_tokens"] = train_tokens
+    model_ref = model or cfg.get("model")
+    cluster_ref = cluster or cfg.get("cluster")
+    if model_ref is None:
+        raise MeshplanError("model", None, "give --model ID (see `meshplan catalog list models`) or model: in --config")
+    if cluster_ref is None:
+        raise MeshplanError("cluster", None, "give --cluster ID (see `meshplan catalog list clusters`) or cluster: in --config")
+    scenario = api.scenario(model_ref, cluster_ref, plan, devices or cfg.get("devices"), task)
+    result = api.estimate_scenario(scenario)
+    if trace:
+        trace.write_text(json.dumps(api.trace(scenario)))
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        from meshplan.report import estimate_table
+
+        _console().print(estimate_table(result))
+        if trace:
+            _console(stderr=True).print(f"trace written to {trace} (open in ui.perfetto.dev)")
+    if not result.fits:
+        _console(stderr=True).print(f"[yellow]warning:[/] {result.warnings[0]}")
+
+
+@app.command()
+def validate(
+    file: Path = typer.Argument(..., help="Validation cases (shared/validation/SCHEMA.md format)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one object per case as JSON."),
+):
+    """Compare predicted step times with published, measured runs."""
+    from meshplan.io.validation_cases import summarize
+    from meshplan.io.validation_cases import validate as run
+
+    results = run(file)
+    if as_json:
+        typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
+        return
+    from meshplan.report import validation_tables
+
+    for table in validation_tables(results, summarize(results)):
+        _console().print(table)
+
+
+@catalog_app.command("list")
+def catalog_list(kind: Optional[str] = typer.Argument(None, help="devices, clusters or models (default: all).")):
+    """List the ids in the built-in catalog."""
+    from meshplan import catalog
+
+    kinds = {"devices": catalog.device_ids, "clusters": catalog.cluster_ids, "models": catalog.model_ids}
+    if kind is not None and kind not in kinds:
+        raise MeshplanError("kind", kind, f"one of {', '.join(kinds)}")
+    for name, ids in kinds.items():
+        if kind in (None, name):
+            typer.echo(f"{name}:")
+            for item in ids():
+                typer.echo(f"  {item}")
+
+
+@catalog_app.command("show")
+def catalog_show(item: str = typer.Argument(..., help="A device, cluster or model id.")):
+    """Show one catalog entry with the source of each number."""
+    import yaml
+
+    from meshplan import catalog
+
+    kind, entry = catalog.find(item)
+    typer.echo(f"# {kind[:-1]} {item}")
+    typer.echo(yaml.safe_dump(entry, sort_keys=False, width=110).rstrip())
+
+
+def main() -> None:
+    """Entry point: bad input is one clear line on stderr and exit code 2, never a traceback."""
+    try:
+        app(standalone_mode=False)
+    except MeshplanError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as err:  # click's usage errors and anything unexpected
+        import click
+
+        if isinstance(err, click.exceptions.Exit):
+            sys.exit(err.exit_code)
+        if isinstance(err, click.ClickException):
+            err.show()
+            sys.exit(2)
+        if isinstance(err, click.exceptions.Abort):
+            sys.exit(130)
+        if os.environ.get("MESHPLAN_DEBUG"):
+            raise
+        print(f"internal error: {type(err).__name__}: {err} (set MESHPLAN_DEBUG=1 for a traceback)", file=sys.stderr)
+        sys.exit(1)

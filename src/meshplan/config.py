@@ -1,0 +1,48 @@
+"""Run configs: a YAML/JSON file plus ``--set a.b=c`` overrides, merged before validation."""
+
+from __future__ import annotations
+
+import yaml
+
+from meshplan.errors import MeshplanError
+from meshplan.io.files import load_yaml_or_json
+
+#: the top-level keys of a run config
+RUN_KEYS = ("model", "cluster", "devices", "plan", "task")
+
+
+def load_config(path: str | None) -> dict:
+    if path is None:
+        return {}
+    data = load_yaml_or_json(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise MeshplanError(str(path), type(data).__name__, f"a run config is a mapping with keys {', '.join(RUN_KEYS)}")
+    unknown = set(data) - set(RUN_KEYS)
+    if unknown:
+        raise MeshplanError(f"{path}: {sorted(unknown)[0]}", data[sorted(unknown)[0]], f"unknown key; valid keys: {', '.join(RUN_KEYS)}")
+    return data
+
+
+def apply_override(config: dict, assignment: str) -> dict:
+    """``plan.tp=4`` sets config['plan']['tp'] = 4 (the value is read as YAML: numbers, lists, ...)."""
+    if "=" not in assignment:
+        raise MeshplanError("--set", assignment, "expected KEY=VALUE, e.g. plan.tp=4")
+    key, raw = assignment.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path or path[0] not in RUN_KEYS:
+        raise MeshplanError("--set", assignment, f"the key must start with one of {', '.join(RUN_KEYS)}")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    out = dict(config)
+    node = out
+    for part in path[:-1]:
+        child = node.get(part)
+        child = dict(child) if isinstance(child, dict) else {}
+        node[part] = child
+        node = child
+    node[path[-1]] = value
+    return out

@@ -1,0 +1,64 @@
+"""Terminal tables (rich) built from result values; nothing here computes a number."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from meshplan.timeline.estimate import Estimate
+from meshplan.units import format_bytes, format_seconds
+
+
+def estimate_table(e: Estimate) -> Table:
+    p = e.plan
+    title = (
+        f"{e.model_id} on {e.num_devices} x {e.cluster_id}  "
+        f"tp={p['tp']} pp={p['pp']} dp={p['dp']} cp={p['cp']} vpp={p['virtual_pipeline_stages']} "
+        f"mb={p['micro_batch_size']} gb={p['global_batch_size']} seq={p['seq_len']} "
+        f"zero={p['zero_stage']} recompute={p['recompute']} {p['precision']}"
+    )
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    b = e.breakdown
+    rows = [
+        ("step time", format_seconds(e.step_time_s)),
+        ("tokens/s", f"{e.tokens_per_s:,.0f}"),
+        ("samples/s", f"{e.samples_per_s:,.2f}"),
+        ("MFU / HFU", f"{e.mfu:.1%} / {e.hfu:.1%}"),
+        ("TFLOP/s per device", f"{e.tflops_per_device:.1f}"),
+        ("compute", format_seconds(b.compute_s)),
+        ("  of which recompute", format_seconds(b.recompute_s)),
+        *((f"exposed comm {axis}", format_seconds(t)) for axis, t in b.exposed_comm_s.items() if t > 0),
+        ("pipeline bubble", format_seconds(b.bubble_s)),
+        ("optimizer", format_seconds(b.optimizer_s)),
+        ("serialized (no overlap)", format_seconds(e.serialized_s)),
+        ("memory per device", f"{format_bytes(e.memory.total_bytes)} of {format_bytes(e.memory.capacity_bytes)}" + ("" if e.fits else "  DOES NOT FIT")),
+        *((f"  {name.removesuffix('_bytes')}", format_bytes(v)) for name, v in e.memory.as_dict().items() if name not in ("capacity_bytes", "total_bytes") and v > 0),
+    ]
+    if e.train_tokens:
+        days = e.time_to_train_s(e.train_tokens) / 86400
+        rows.append((f"time to train {e.train_tokens:.3g} tokens", f"{days:,.2f} days, {e.device_hours(e.train_tokens):,.0f} device-hours"))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def validation_tables(results, summary) -> list[Table]:
+    cases = Table(title="Validation: predicted vs measured step time", header_style="bold")
+    for col in ("case", "group", "measured", "predicted", "error"):
+        cases.add_column(col, justify="left" if col in ("case", "group") else "right")
+    for r in results:
+        if r.skipped:
+            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), "-", f"skipped: {r.skipped}")
+        else:
+            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), _s(r.predicted_step_time_s), f"{r.relative_error:+.1%}" if r.relative_error is not None else "-")
+    groups = Table(title="Absolute error per group", header_style="bold")
+    for col in ("group", "cases", "median", "max"):
+        groups.add_column(col, justify="left" if col == "group" else "right")
+    for g, s in summary.items():
+        groups.add_row(g, str(s["cases"]), f"{s['median_abs_error']:.1%}", f"{s['max_abs_error']:.1%}")
+    return [cases, groups]
+
+
+def _s(value) -> str:
+    return "-" if value is None else f"{value:.4g} s"
