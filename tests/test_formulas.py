@@ -1,0 +1,183 @@
+"""Published formulas, reproduced exactly: Megatron Eq. 3, Korthikanti's activation memory,
+ring collectives, COMET's GEMM traffic, and the pipeline bubble."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan import api, catalog
+from meshplan.costs.collectives import bytes_sent_per_device, collective_s, group_span
+from meshplan.costs.compute import gemm_traffic_bytes
+from meshplan.parallel.program import build_program
+from meshplan.timeline.pipeline_schedule import pipeline_time_s, simulate_1f1b
+from meshplan.workloads.transformer import lower
+
+GPT_SHAPES = [
+    # (model id or shape, layers, hidden, vocab)
+    ("gpt3-175b", 96, 12288, 51200),
+    ("megatron-1t", 128, 25600, 51200),
+]
+
+
+@pytest.mark.parametrize("model_id,layers,hidden,vocab", GPT_SHAPES)
+@pytest.mark.parametrize("batch,seq", [(1536, 2048), (64, 1024)])
+def test_hardware_flop_equals_megatron_eq3(model_id, layers, hidden, vocab, batch, seq):
+    """Narayanan et al. SC21, Eq. 3: 96·B·s·l·h²·(1 + s/6h + V/16lh) with full recompute."""
+    e = api.estimate(model_id, "dgx-a100-80gb", num_devices=64, tp=8, pp=8, global_batch_size=batch,
+                     seq_len=seq, recompute="full")
+    eq3 = 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+    assert e.hardware_flop_per_step == pytest.approx(eq3, rel=1e-12)
+    # without recompute: 72·B·s·l·h²·(1 + s/6h + V/12lh) (the same count, three passes)
+    e = api.estimate(model_id, "dgx-a100-80gb", num_devices=64, tp=8, pp=8, global_batch_size=batch,
+                     seq_len=seq, recompute="none")
+    eq3_no_recompute = 72 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+    assert e.model_flop_per_step == pytest.approx(eq3_no_recompute, rel=1e-12)
+    assert e.hardware_flop_per_step == pytest.approx(eq3_no_recompute, rel=1e-12)
+
+
+def _activation_bytes_per_layer(tp, sp, recompute, seq=2048, micro_batch=1, model_id="gpt3-175b"):
+    s = api.scenario(model_id, "dgx-a100-80gb", num_devices=tp, tp=tp, micro_batch_size=micro_batch,
+                     global_batch_size=micro_batch, seq_len=seq, sequence_parallel=sp, recompute=recompute,
+                     flash_attention=False)
+    program = build_program(s)
+    role = program.roles[0]
+    # one micro-batch in flight with pp = 1; subtract the embedding and head tensors
+    from meshplan.parallel.program import _saved_bytes
+
+    edge = sum(_saved_bytes(op.op.saved, tp, 1, sp and tp > 1, False) for op in (*role.head, *role.tail))
+    if recompute == "full":
+        edge += sum(_saved_bytes(op.op.saved, tp, 1, sp and tp > 1, False) for op in program.layer)
+    return (role.memory.activations_bytes - edge) / s.model.num_layers
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_activation_memory_equals_korthikanti(tp):
+    """Korthikanti et al. 2022, Table 2: bytes of activations per layer (s, b, h, a, t)."""
+    s, b, h, a = 2048, 1, 12288, 96
+    sbh = s * b * h
+    none = sbh * (10 + 24 / tp + 5 * a * s / (h * tp))
+    sp = sbh * (34 / tp + 5 * a * s / (h * tp))
+    selective_sp = sbh * 34 / tp
+    selective = sbh * (10 + 24 / tp)
+    full = 2 * sbh
+    full_sp = 2 * sbh / tp
+    assert _activation_bytes_per_layer(tp, False, "none") == pytest.approx(none, rel=1e-12)
+    assert _activation_bytes_per_layer(tp, False, "selective") == pytest.approx(selective, rel=1e-12)
+    assert _activation_bytes_per_layer(tp, False, "full") == pytest.approx(full, rel=1e-12)
+    if tp > 1:
+        assert _activation_bytes_per_layer(tp, True, "none") == pytest.approx(sp, rel=1e-12)
+        assert _activation_bytes_per_layer(tp, True, "selective") == pytest.approx(selective_sp, rel=1e-12)
+        assert _activation_bytes_per_layer(tp, True, "full") == pytest.approx(full_sp, rel=1e-12)
+
+
+def test_first_stage_holds_pp_micro_batches_and_interleaving_factor():
+    """1F1B keeps pp micro-batches on the first stage (Korthikanti Sec. 4.2.3): L layers' worth;
+    interleaving multiplies it by 1 + (p-1)/(p·v)."""
+    def first_stage(vpp):
+        s = api.scenario("gpt3-175b", "dgx-a100-80gb", num_devices=64, tp=8, pp=8, global_batch_size=64,
+                         recompute="full", virtual_pipeline_stages=vpp)
+        return build_program(s).roles[0].memory.activations_bytes
+
+    per_layer_full = 2 * 2048 * 12288
+    assert first_stage(1) >= 96 * per_layer_full  # 12 layers x 8 micro-batches in flight
+    assert first_stage(3) == pytest.approx(first_stage(1) * (1 + 7 / 24), rel=0.02)
+
+
+@pytest.mark.parametrize("n", [2, 8, 64, 1024])
+def test_ring_all_reduce_moves_2_n_minus_1_over_n(n):
+    assert bytes_sent_per_device("all_reduce", 1e9, n) == pytest.approx(2 * (n - 1) / n * 1e9)
+    assert bytes_sent_per_device("all_gather", 1e9, n) == pytest.approx((n - 1) / n * 1e9)
+
+
+def test_ring_all_reduce_time_inside_one_node():
+    """Inside an NVLink node the ring moves 2(n-1)/n of the buffer at the level's bandwidth."""
+    cluster = catalog.cluster("dgx-a100-80gb")
+    level = cluster.levels[0]
+    span = group_span(cluster, 8, 1)
+    size = 1e9
+    expected = 2 * 7 / 8 * size / level.effective_bytes_per_s + 2 * 7 * level.latency_s
+    assert collective_s("all_reduce", size, span, "ring") == pytest.approx(expected)
+    # reduce-scatter and all-gather are each half an all-reduce
+    rs = collective_s("reduce_scatter", size, span, "ring")
+    ag = collective_s("all_gather", size, span, "ring")
+    assert rs + ag == pytest.approx(expected)
+
+
+def test_group_span_follows_the_mesh():
+    cluster = catalog.cluster("dgx-a100-80gb")
+    tp = group_span(cluster, 8, 1)  # TP=8 inside the node
+    assert tp.levels == (0,)
+    dp = group_span(cluster, 12, 8)  # DP across nodes, one member per node
+    assert dp.levels == (1,) and dp.hops[0].members == 12 and dp.hops[0].parallel_links == 1
+    mixed = group_span(cluster, 32, 2)  # 4 members per node, 8 nodes
+    assert [(h.level, h.members, h.parallel_links) for h in mixed.hops] == [(0, 4, 1), (1, 8, 4)]
+
+
+def test_comet_gemm_traffic():
+    """COMET Sec. 3.3.2: min(ceil(U/S)·V + U, ceil(V/S)·U + V) + W."""
+    u, v, w, s = 100.0, 30.0, 50.0, 40.0
+    assert gemm_traffic_bytes(u, v, w, s) == pytest.approx(min(3 * 30 + 100, 1 * 100 + 30) + 50)
+    # with an unbounded buffer every operand moves once
+    assert gemm_traffic_bytes(u, v, w, 1e12) == pytest.approx(u + v + w)
+
+
+@pytest.mark.parametrize("p,m", [(1, 4), (4, 4), (4, 16), (8, 3), (16, 64)])
+def test_1f1b_simulation_matches_closed_form_for_uniform_stages(p, m):
+    f, b = 1.0, 2.0
+    events = simulate_1f1b([f] * p, [b] * p, m)
+    makespan = max(end for stage in events for *_, end in stage)
+    total, bubble = pipeline_time_s([(f + b, p)], m)
+    assert makespan == pytest.approx(total)
+    assert bubble == pytest.approx((p - 1) * (f + b))  # bubble fraction (p-1)/m of m·(f+b)
+
+
+def test_closed_form_bounds_heterogeneous_stages():
+    """A slower last stage (logits): the closed form stays within a few % of the event schedule."""
+    p, m = 8, 32
+    forward = [1.0] * (p - 1) + [1.3]
+    backward = [2.0] * (p - 1) + [2.5]
+    events = simulate_1f1b(forward, backward, m)
+    makespan = max(end for stage in events for *_, end in stage)
+    total, _ = pipeline_time_s([(3.0, p - 1), (3.8, 1)], m)
+    assert total == pytest.approx(makespan, rel=0.05)
+
+
+def test_interleaving_divides_the_bubble():
+    total1, bubble1 = pipeline_time_s([(3.0, 8)], 64, 1)
+    total4, bubble4 = pipeline_time_s([(3.0, 8)], 64, 4)
+    assert bubble4 == pytest.approx(bubble1 / 4)
+    assert total1 - total4 == pytest.approx(bubble1 * 3 / 4)
+
+
+@pytest.mark.parametrize("model_id", ["gpt3-175b", "llama3-70b", "llama2-70b", "megatron-1t"])
+def test_lowered_graph_has_the_model_parameters(model_id):
+    model = catalog.model(model_id)
+    graph = lower(model, 1, 128)
+    assert graph.layer.params == model.params_per_layer
+    assert graph.params == pytest.approx(model.num_params, rel=1e-9)
+
+
+def test_gqa_and_swiglu_shapes():
+    """Llama-3-70B: 64 query heads, 8 KV heads of 128; SwiGLU with three 8192 x 28672 matrices."""
+    model = catalog.model("llama3-70b")
+    ops = {op.name: op for op in lower(model, 1, 8192).layer.ops}
+    assert ops["qkv"].n == (64 + 2 * 8) * 128
+    assert ops["mlp_up"].n == 2 * 28672
+    assert ops["mlp_down"].k == 28672
+    assert ops["attention"].flop == pytest.approx(4 * 8192**2 * 64 * 128)
+
+
+def test_zero_stages_shard_states():
+    """ZeRO (Rajbhandari et al. 2020): stage 1 shards optimizer states, 2 gradients, 3 weights."""
+    mem = {
+        z: api.estimate("llama3-8b", "dgx-a100-80gb", num_devices=64, tp=1, zero_stage=z, global_batch_size=64,
+                        recompute="full").memory
+        for z in range(4)
+    }
+    params = catalog.model("llama3-8b").num_params
+    assert mem[0].optimizer_bytes == pytest.approx(12 * params, rel=1e-6)
+    assert mem[1].optimizer_bytes == pytest.approx(12 * params / 64, rel=1e-6)
+    assert mem[1].gradients_bytes == mem[0].gradients_bytes
+    assert mem[2].gradients_bytes == pytest.approx(mem[0].gradients_bytes / 64)
+    assert mem[3].weights_bytes == pytest.approx(mem[0].weights_bytes / 64)
+    assert mem[0].total_bytes > mem[1].total_bytes > mem[2].total_bytes > mem[3].total_bytes
