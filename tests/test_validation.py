@@ -21,6 +21,7 @@ KNOWN_MISSES = {
     "megatron_sc21_t2_zero3_175B_1536gpu",
     "megatron_sc21_t2_zero3_530B_640gpu",
     "megatron_sc21_t2_zero3_530B_1120gpu",
+    "megatron_sc21_t2_zero3_530B_2240gpu",
 }
 
 

@@ -34,6 +34,7 @@ class RoleTimes:
     tp_forward_s: float
     tp_backward_s: float  # includes the re-run forward collectives of full recompute
     cp_exposed_s: float  # both passes
+    cp_total_s: float  # both passes, hidden or not
     pp_s: float  # both passes
 
 
@@ -102,6 +103,7 @@ def cost_program(program: Program) -> CostedProgram:
                 tp_forward_s=role.layers * tp_fwd + edge_comm,
                 tp_backward_s=role.layers * tp_bwd + edge_comm_bwd,
                 cp_exposed_s=role.layers * cp_exposed,
+                cp_total_s=role.layers * (cp_fwd + cp_bwd),
                 pp_s=pp_s,
             )
         )

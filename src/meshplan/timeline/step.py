@@ -84,7 +84,7 @@ def step_estimate(costed: CostedProgram) -> Estimate:
     )
     comm_total = {
         "tp": exposed["tp"],
-        "cp": m * 0.0 + exposed["cp"],
+        "cp": m * times.cp_total_s,
         "pp": exposed["pp"],
         "dp": costed.dp_s + m * (costed.zero3_gather_s + costed.zero3_scatter_s),
     }
