@@ -67,11 +67,11 @@ def estimate(
     for assignment in set_:
         cfg = apply_override(cfg, assignment)
     flags = locals()
-    plan = dict(cfg.get("plan") or {})
+    plan = _section(cfg, "plan")
     for flag, field in _PLAN_FLAGS.items():
         if flags[flag] is not None:
             plan[field] = flags[flag]
-    task = dict(cfg.get("task") or {})
+    task = _section(cfg, "task")
     if train_tokens is not None:
         task["train_tokens"] = train_tokens
     model_ref = model or cfg.get("model")
@@ -83,7 +83,10 @@ def estimate(
     scenario = api.scenario(model_ref, cluster_ref, plan, devices or cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
     if trace:
-        trace.write_text(json.dumps(api.trace(scenario)))
+        try:
+            trace.write_text(json.dumps(api.trace(scenario)))
+        except OSError as err:
+            raise MeshplanError("--trace", str(trace), f"a path to a writable file ({err.strerror})") from None
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
@@ -94,6 +97,17 @@ def estimate(
             _console(stderr=True).print(f"trace written to {trace} (open in ui.perfetto.dev)")
     if not result.fits:
         _console(stderr=True).print(f"[yellow]warning:[/] {result.warnings[0]}")
+
+
+def _section(cfg: dict, key: str) -> dict:
+    """A copy of the ``plan:`` or ``task:`` mapping of a run config (empty if absent)."""
+    value = cfg.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        example = {"plan": "--set plan.tp=8", "task": "--set task.train_tokens=3e11"}[key]
+        raise MeshplanError(key, value, f"a mapping of {key} fields: {example}, or a '{key}:' block in --config")
+    return dict(value)
 
 
 @app.command()
@@ -142,27 +156,52 @@ def catalog_show(item: str = typer.Argument(..., help="A device, cluster or mode
     typer.echo(yaml.safe_dump(entry, sort_keys=False, width=110).rstrip())
 
 
+def _usage_message(err: Exception) -> str:
+    """One line for a click/typer usage error (bad option value, unknown option or command)."""
+    message = err.format_message() if hasattr(err, "format_message") else str(err)
+    message = " ".join(message.split())
+    ctx = getattr(err, "ctx", None)
+    if message and ctx is not None:
+        message += f" (see `{ctx.command_path} --help`)"
+    return message
+
+
+def _is_usage_error(err: Exception) -> bool:
+    """Click's exceptions; typer >= 0.20 raises those of its own vendored copy of click."""
+    import click
+
+    return isinstance(err, (click.ClickException, getattr(typer, "TyperException", click.ClickException)))
+
+
 def main() -> None:
     """Entry point: bad input is one clear line on stderr and exit code 2, never a traceback."""
+    import click
+
     try:
         app(standalone_mode=False)
     except MeshplanError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, click.exceptions.Abort, typer.Abort):
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except (click.exceptions.Exit, typer.Exit) as err:
+        sys.exit(err.exit_code)
+    except BrokenPipeError:  # e.g. `meshplan ... | head`: stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)
     except Exception as err:  # click's usage errors and anything unexpected
-        import click
-
-        if isinstance(err, click.exceptions.Exit):
-            sys.exit(err.exit_code)
-        if isinstance(err, click.ClickException):
-            err.show()
+        if _is_usage_error(err):
+            message = _usage_message(err)
+            if message:  # empty for a bare `meshplan`, whose help is already printed
+                print(f"error: {message}", file=sys.stderr)
             sys.exit(2)
-        if isinstance(err, click.exceptions.Abort):
-            sys.exit(130)
         if os.environ.get("MESHPLAN_DEBUG"):
             raise
         print(f"internal error: {type(err).__name__}: {err} (set MESHPLAN_DEBUG=1 for a traceback)", file=sys.stderr)
         sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

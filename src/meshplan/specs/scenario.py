@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import TypeAdapter, ValidationError
+
 from meshplan.errors import MeshplanError
+from meshplan.specs.base import Count, from_validation_error
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.model import TransformerModel
 from meshplan.specs.plan import Plan, Task
@@ -37,6 +40,19 @@ class Scenario:
         return self.global_batch_size * self.seq_len
 
 
+_COUNT = TypeAdapter(Count)
+
+
+def _device_count(value: object) -> int:
+    """The device count as a positive int (a whole number given as 1536.0 or "1536" is fine)."""
+    if isinstance(value, bool):
+        raise MeshplanError("num_devices", value, "must be a positive integer")
+    try:
+        return _COUNT.validate_python(value)
+    except ValidationError as err:
+        raise from_validation_error(err, "num_devices") from None
+
+
 def make_scenario(
     model: TransformerModel,
     cluster: Cluster,
@@ -48,8 +64,7 @@ def make_scenario(
     p = plan
     if num_devices is None:
         num_devices = p.model_parallel * (p.dp or 1)
-    if num_devices < 1:
-        raise MeshplanError("num_devices", num_devices, "must be a positive integer")
+    num_devices = _device_count(num_devices)
     if cluster.max_devices is not None and num_devices > cluster.max_devices:
         raise MeshplanError("num_devices", num_devices, f"{cluster.id} has at most {cluster.max_devices} devices")
     if num_devices % p.model_parallel:

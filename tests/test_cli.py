@@ -1,0 +1,217 @@
+"""CLI smoke tests: each verb runs end to end and its JSON output holds the values it promises.
+
+Most tests call ``meshplan.cli.main`` in-process (fast); two run the installed ``meshplan``
+script and ``python -m meshplan.cli`` in a subprocess, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from meshplan.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+PUBLIC_CASES = REPO.parent / "shared" / "validation" / "public-cases.yaml"
+LLAMA3_8B_HF = REPO / "tests" / "fixtures" / "hf" / "llama3-8b" / "config.json"
+
+# GPT-3 175B on 1536 A100s as in Narayanan et al. (SC21) Table 1: tp=8, pp=16, dp=12
+GPT3_FLAGS = [
+    "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--devices", "1536",
+    "--tp", "8", "--pp", "16", "--dp", "12", "--global-batch", "1536", "--micro-batch", "1",
+    "--recompute", "full",
+]
+
+
+def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Run ``meshplan ARGS`` in-process; (exit code, stdout, stderr)."""
+    monkeypatch.setattr(sys, "argv", ["meshplan", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(monkeypatch, capsys, *args: str):
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def installed_script() -> str | None:
+    beside_python = Path(sys.executable).with_name("meshplan")
+    if beside_python.is_file():
+        return str(beside_python)
+    return shutil.which("meshplan")
+
+
+def test_estimate_json_values(monkeypatch, capsys):
+    result = run_json(monkeypatch, capsys, "estimate", *GPT3_FLAGS)
+    assert result["step_time_s"] > 0
+    assert result["plan"]["dp"] == 12
+    assert result["plan"]["tp"] == 8 and result["plan"]["pp"] == 16
+    assert result["num_devices"] == 1536
+    assert math.isclose(result["breakdown"]["total_s"], result["step_time_s"], rel_tol=1e-9)
+
+
+def test_config_with_set_override_matches_flags(monkeypatch, capsys, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": "gpt3-175b",
+                "cluster": "dgx-a100-80gb",
+                "devices": 1536,
+                "plan": {
+                    "tp": 8, "pp": 16, "global_batch_size": 1536, "micro_batch_size": 1,
+                    "recompute": "full",
+                },
+            }
+        )
+    )
+    from_config = run_json(monkeypatch, capsys, "estimate", "--config", str(config), "--set", "plan.tp=4")
+    assert from_config["plan"]["tp"] == 4
+    assert from_config["plan"]["dp"] == 1536 // (4 * 16)
+
+    from_flags = run_json(
+        monkeypatch, capsys, "estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb",
+        "--devices", "1536", "--tp", "4", "--pp", "16", "--global-batch", "1536", "--micro-batch", "1",
+        "--recompute", "full",
+    )
+    assert from_flags == from_config
+
+
+def test_config_accepts_a_cluster_mapping(monkeypatch, capsys, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": "gpt3-175b",
+                "devices": 1536,
+                "cluster": {
+                    "id": "my-a100", "name": "my A100 cluster", "device": "a100-sxm4-80gb",
+                    "levels": [
+                        {"name": "nvlink", "size": 8, "bytes_per_s": "300 GB/s", "latency_s": "5 us"},
+                        {"name": "ib", "bytes_per_s": "200 Gb/s", "latency_s": "10 us"},
+                    ],
+                },
+                "plan": {"tp": 8, "pp": 16, "global_batch_size": 1536},
+            }
+        )
+    )
+    result = run_json(monkeypatch, capsys, "estimate", "--config", str(config))
+    assert result["cluster_id"] == "my-a100"
+    assert result["step_time_s"] > 0
+
+
+def test_trace_events_end_at_the_step_time(monkeypatch, capsys, tmp_path):
+    out = tmp_path / "out.json"
+    result = run_json(monkeypatch, capsys, "estimate", *GPT3_FLAGS, "--trace", str(out))
+    trace = json.loads(out.read_text())
+    events = trace["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert spans
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in spans)
+    threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"compute", "tp"} <= threads
+    end_s = max(e["ts"] + e["dur"] for e in spans) / 1e6
+    assert math.isclose(end_s, result["step_time_s"], rel_tol=0.01)
+
+
+def test_hf_config_path_as_model(monkeypatch, capsys):
+    result = run_json(
+        monkeypatch, capsys, "estimate", "--model", str(LLAMA3_8B_HF), "--cluster", "dgx-h100", "--tp", "8"
+    )
+    assert result["num_devices"] == 8
+    assert result["plan"]["tp"] == 8
+    assert result["step_time_s"] > 0
+
+
+@pytest.mark.skipif(not PUBLIC_CASES.is_file(), reason="shared/validation is not checked out beside the repo")
+def test_validate_json_reports_every_case(monkeypatch, capsys):
+    cases = yaml.safe_load(PUBLIC_CASES.read_text())
+    results = run_json(monkeypatch, capsys, "validate", str(PUBLIC_CASES))
+    assert isinstance(results, list)
+    assert [r["id"] for r in results] == [c["id"] for c in cases]
+    for r in results:
+        for key in ("id", "group", "measured_step_time_s", "predicted_step_time_s", "relative_error"):
+            assert key in r
+        if r["skipped"] is None:
+            expected = (r["predicted_step_time_s"] - r["measured_step_time_s"]) / r["measured_step_time_s"]
+            assert math.isclose(r["relative_error"], expected, rel_tol=1e-9)
+    dlrm = [r for r in results if "dlrm" in r["id"]]
+    assert dlrm
+    for r in dlrm:
+        assert r["relative_error"] is None
+        assert r["predicted_step_time_s"] is None
+        assert r["skipped"]
+
+
+def test_catalog_list(monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, "catalog", "list")
+    assert code == 0
+    ids = {line.strip() for line in out.splitlines()}
+    assert {"gpt3-175b", "dgx-h100", "h100-sxm5-80gb"} <= ids
+
+
+def test_catalog_list_one_kind(monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, "catalog", "list", "models")
+    assert code == 0
+    ids = {line.strip() for line in out.splitlines()}
+    assert "gpt3-175b" in ids
+    assert "dgx-h100" not in ids
+
+
+def test_catalog_show_device_has_peak_and_sources(monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, "catalog", "show", "h100-sxm5-80gb")
+    assert code == 0
+    entry = yaml.safe_load(out)  # the header line is a YAML comment
+    assert entry["peak_flop_per_s"]["bf16"]
+    assert entry["sources"]["peak_flop_per_s"]
+
+
+def test_bare_command_prints_help_without_error(monkeypatch, capsys):
+    code, out, err = run_cli(monkeypatch, capsys)
+    assert code == 2  # click's convention for no_args_is_help
+    assert "estimate" in out
+    assert "Traceback" not in err and "internal error" not in err
+
+
+def test_installed_script_runs():
+    script = installed_script()
+    if script is None:
+        pytest.skip("the meshplan script is not installed")
+    done = subprocess.run([script, "estimate", *GPT3_FLAGS, "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["plan"]["dp"] == 12
+
+
+def test_installed_script_bad_input_exits_2():
+    script = installed_script()
+    if script is None:
+        pytest.skip("the meshplan script is not installed")
+    args = ["estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--devices", "1536", "--tp", "8",
+            "--pp", "16", "--dp", "10"]
+    done = subprocess.run([script, *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "plan.dp" in errors[0]
+
+
+def test_python_dash_m_runs():
+    done = subprocess.run(
+        [sys.executable, "-m", "meshplan.cli", "catalog", "list", "clusters"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "dgx-h100" in {line.strip() for line in done.stdout.splitlines()}
