@@ -267,8 +267,10 @@ def _memory(scenario, layer_ops, head_ops, tail_ops, params, stage, micro_batche
     if plan.recompute == "full":  # the layer being recomputed holds its full activations once
         edge += sum(_saved_bytes(op.saved, tp, cp, sp, drop_scores=False) for op in layer_ops)
 
-    layer_params = params / max(layers, 1)
-    gathered = 2.0 * layer_params * w_bytes if zero == 3 else 0.0  # current and prefetched layer
+    # ZeRO-3 / FSDP hold the layer in use and the one prefetched, unsharded (never more than
+    # the device's own weights; nothing is gathered without data parallelism)
+    layer_params = sum(_param_share(op, tp) for op in layer_ops)
+    gathered = min(2.0 * layer_params, params) * w_bytes if zero == 3 and dp > 1 else 0.0
     bucket = min(params, GRAD_BUCKET_PARAMS) * g_bytes if dp > 1 else 0.0
     return MemoryBreakdown(
         weights_bytes=params * w_bytes / (dp if zero >= 3 else 1),
