@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from meshplan.cli import main
+from cli_runner import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 PUBLIC_CASES = REPO.parent / "shared" / "validation" / "public-cases.yaml"
@@ -28,18 +28,6 @@ GPT3_FLAGS = [
     "--tp", "8", "--pp", "16", "--dp", "12", "--global-batch", "1536", "--micro-batch", "1",
     "--recompute", "full",
 ]
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """Run ``meshplan ARGS`` in-process; (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["meshplan", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def run_json(monkeypatch, capsys, *args: str):

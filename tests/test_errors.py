@@ -18,6 +18,7 @@ import yaml
 import meshplan
 from meshplan.cli import main
 from meshplan.errors import MeshplanError
+from cli_runner import run_cli
 
 HF_MALFORMED = Path(__file__).resolve().parent / "fixtures" / "hf" / "malformed" / "config.json"
 
@@ -33,18 +34,6 @@ A100_LEVELS = [
 def custom_cluster(nvlink_bytes_per_s: object) -> dict:
     levels = [dict(A100_LEVELS[0], bytes_per_s=nvlink_bytes_per_s), A100_LEVELS[1]]
     return {"id": "my-a100", "name": "my A100 cluster", "device": "a100-sxm4-80gb", "levels": levels}
-
-
-def run_cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """Run ``meshplan ARGS`` in-process; (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["meshplan", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def error_line(monkeypatch, capsys, *args: str) -> str:

@@ -43,30 +43,30 @@ def efficiency(profile: str) -> Efficiency:
     return build(Efficiency, raw[profile], f"efficiency.{profile}")
 
 
+def _spec(kind: str, field: str, item_id: str, cls, resolve=None):
+    """Build the spec of catalog entry ``item_id`` of ``kind``; unknown ids suggest close ones."""
+    raw = _raw(kind)
+    if item_id not in raw:
+        raise unknown_id(field, item_id, raw)
+    data = {"id": item_id, **raw[item_id]}
+    if resolve:
+        data = resolve(data)
+    return build(cls, data, f"{kind}.{item_id}")
+
+
 @cache
 def device(device_id: str) -> Device:
-    raw = _raw("devices")
-    if device_id not in raw:
-        raise unknown_id("device", device_id, raw)
-    return build(Device, {"id": device_id, **raw[device_id]}, f"devices.{device_id}")
+    return _spec("devices", "device", device_id, Device)
 
 
 @cache
 def cluster(cluster_id: str) -> Cluster:
-    raw = _raw("clusters")
-    if cluster_id not in raw:
-        raise unknown_id("cluster", cluster_id, raw)
-    data = dict(raw[cluster_id])
-    data["device"] = device(data["device"])
-    return build(Cluster, {"id": cluster_id, **data}, f"clusters.{cluster_id}")
+    return _spec("clusters", "cluster", cluster_id, Cluster, lambda data: {**data, "device": device(data["device"])})
 
 
 @cache
 def model(model_id: str) -> TransformerModel:
-    raw = _raw("models")
-    if model_id not in raw:
-        raise unknown_id("model", model_id, raw)
-    return build(TransformerModel, {"id": model_id, **raw[model_id]}, f"models.{model_id}")
+    return _spec("models", "model", model_id, TransformerModel)
 
 
 def entry(kind: str, item_id: str) -> dict:

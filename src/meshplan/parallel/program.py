@@ -13,7 +13,7 @@ from meshplan.parallel.memory import MemoryBreakdown, activations_in_flight, sta
 from meshplan.parallel.mesh import axis_span, pipeline_neighbour_span
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.specs.scenario import Scenario
-from meshplan.workloads.ops import Block, Op, Saved
+from meshplan.workloads.ops import Graph, Op, Saved
 from meshplan.workloads.transformer import lower
 
 #: Megatron-LM's default DDP bucket (40M parameters) and DeepSpeed ZeRO-3's prefetch bucket (5e7
@@ -64,6 +64,7 @@ class Role:
 @dataclass(frozen=True)
 class Program:
     scenario: Scenario
+    graph: Graph  # the lowered model, unsharded, one micro-batch
     layer: tuple[ShardedOp, ...]  # one decoder layer, one micro-batch, one device
     layer_tp_comms: tuple[Comm, ...]  # per layer per micro-batch, forward pass
     layer_cp_comms: tuple[Comm, ...]  # per layer per micro-batch, forward pass (backward mirrors)
@@ -222,6 +223,7 @@ def build_program(scenario: Scenario) -> Program:
 
     return Program(
         scenario=scenario,
+        graph=graph,
         layer=layer,
         layer_tp_comms=layer_tp,
         layer_cp_comms=layer_cp,

@@ -132,10 +132,8 @@ def _flop_per_step(program) -> tuple[float, float]:
     SC21, Eq. 3 without recompute); hardware flop adds what recompute re-runs (Eq. 3 itself for
     full recompute: 96·B·s·l·h²·(1 + s/6h + V/16lh) for GPT shapes).
     """
-    from meshplan.workloads.transformer import lower
-
     s = program.scenario
-    graph = lower(s.model, s.plan.micro_batch_size, s.seq_len, 2.0, s.plan.flash_attention)
+    graph = program.graph
     micro_batches_total = s.global_batch_size / s.plan.micro_batch_size
 
     def dense(ops):
@@ -143,8 +141,7 @@ def _flop_per_step(program) -> tuple[float, float]:
 
     layer = dense(graph.layer.ops)
     forward = dense(graph.head.ops) + layer * s.model.num_layers + dense(graph.tail.ops)
-    recomputed = {op.op.name for op in program.layer if op.op.name in program.recompute_ops}
-    recompute = sum(op.flop for op in graph.layer.ops if op.name in recomputed and op.kind in ("matmul", "attention"))
+    recompute = dense(op for op in graph.layer.ops if op.name in program.recompute_ops)
     model = 3.0 * forward * micro_batches_total
     hardware = model + recompute * s.model.num_layers * micro_batches_total
     return model, hardware
