@@ -203,3 +203,17 @@ def test_python_dash_m_runs():
     )
     assert done.returncode == 0, done.stderr
     assert "dgx-h100" in {line.strip() for line in done.stdout.splitlines()}
+
+
+def test_plan_that_does_not_fit_prints_the_result_and_exits_2(monkeypatch, capsys):
+    """GPT-3 175B on one 8-GPU node: the result and its memory breakdown, then one error line."""
+    code, out, err = run_cli(
+        monkeypatch, capsys, "estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb",
+        "--devices", "8", "--tp", "8", "--global-batch", "8", "--json",
+    )
+    assert code == 2
+    result = json.loads(out)
+    assert result["fits"] is False
+    assert result["memory"]["total_bytes"] > result["memory"]["capacity_bytes"]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: memory") and "zero" in lines[0]

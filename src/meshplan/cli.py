@@ -96,7 +96,13 @@ def estimate(
         if trace:
             _console(stderr=True).print(f"trace written to {trace} (open in ui.perfetto.dev)")
     if not result.fits:
-        _console(stderr=True).print(f"[yellow]warning:[/] {result.warnings[0]}")
+        # the full result is printed above; the exit status says the plan cannot run
+        raise MeshplanError(
+            "memory",
+            f"{result.memory.total_bytes / 1e9:.1f} GB per device",
+            f"the device holds {result.memory.capacity_bytes / 1e9:.1f} GB",
+            hint="try a higher --zero stage, --recompute full, more --tp or --pp, or a smaller --micro-batch",
+        )
 
 
 def _section(cfg: dict, key: str) -> dict:
