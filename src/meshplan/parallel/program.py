@@ -16,8 +16,8 @@ from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import Graph, Op, Saved
 from meshplan.workloads.transformer import lower
 
-#: Megatron-LM's default DDP bucket (40M parameters) and DeepSpeed ZeRO-3's prefetch bucket (5e7
-#: elements): collectives are issued per bucket, so each pays its latency once per bucket
+#: Megatron-LM's default DDP bucket (40M parameters), used for every data-parallel collective
+#: (ZeRO-3 gathers too): collectives are issued per bucket, so each pays its latency per bucket
 GRAD_BUCKET_PARAMS = 40e6
 
 
