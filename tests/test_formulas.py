@@ -108,9 +108,11 @@ def test_group_span_follows_the_mesh():
     tp = group_span(cluster, 8, 1)  # TP=8 inside the node
     assert tp.levels == (0,)
     dp = group_span(cluster, 12, 8)  # DP across nodes, one member per node
-    assert dp.levels == (1,) and dp.hops[0].members == 12 and dp.hops[0].parallel_links == 1
+    assert dp.levels == (1,) and dp.hops[0].members == 12 and dp.hops[0].inside == 1
     mixed = group_span(cluster, 32, 2)  # 4 members per node, 8 nodes
-    assert [(h.level, h.members, h.parallel_links) for h in mixed.hops] == [(0, 4, 1), (1, 8, 4)]
+    assert [(h.level, h.members, h.inside) for h in mixed.hops] == [(0, 4, 1), (1, 8, 4)]
+    rails = cluster.levels[1].rails
+    assert mixed.hops[1].parallel_links == min(4, rails)
 
 
 def test_comet_gemm_traffic():
@@ -181,3 +183,24 @@ def test_zero_stages_shard_states():
     assert mem[2].gradients_bytes == pytest.approx(mem[0].gradients_bytes / 64)
     assert mem[3].weights_bytes == pytest.approx(mem[0].weights_bytes / 64)
     assert mem[0].total_bytes > mem[1].total_bytes > mem[2].total_bytes > mem[3].total_bytes
+
+
+def test_rails_stripe_a_collective_over_several_links():
+    """A stride-1 group spanning nodes: with rails=8 a ring crosses each node boundary on 8 links."""
+    base = catalog.cluster("dgx-a100-80gb")
+    outer = base.levels[1]
+    striped = base.model_copy(update={"levels": (base.levels[0], outer.model_copy(update={"rails": 8}))})
+    one = collective_s("all_gather", 1e10, group_span(base, 64, 1), "ring")
+    eight = collective_s("all_gather", 1e10, group_span(striped, 64, 1), "ring")
+    latency = 63 * outer.latency_s
+    assert (one - latency) == pytest.approx(8 * (eight - latency))
+
+
+def test_two_streams_overlap():
+    """The longer stream sets the pace; compute slows while collectives run beside it."""
+    from meshplan.timeline.step import overlap_s
+
+    assert overlap_s(10.0, 4.0, 10**9, 0.0) == pytest.approx(10.0)
+    assert overlap_s(10.0, 4.0, 10**9, 0.5) == pytest.approx(12.0)
+    assert overlap_s(4.0, 10.0, 10**9, 0.5) == pytest.approx(10.0)
+    assert overlap_s(10.0, 4.0, 4, 0.0) == pytest.approx(11.0)  # one piece of comm cannot hide

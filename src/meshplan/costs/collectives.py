@@ -2,8 +2,9 @@
 
 A group of ``n`` devices whose ranks are ``stride`` apart spans the network levels from the
 innermost outwards. At each level ``i`` it has ``k_i`` members per domain of the level below, and
-``c_(i-1)`` members inside each such sub-domain, each with its own link, so a boundary at level
-``i`` is crossed by ``c_(i-1)`` links in parallel (NCCL runs one ring channel per NIC).
+``c_(i-1)`` members inside each such sub-domain, each with its own link; a collective crosses a
+level-``i`` boundary over min(c_(i-1), rails) of them in parallel (NCCL stripes ring channels
+over NICs; ``NetworkLevel.rails`` says how many a collective achieves).
 
 Formulas (Thakur et al. 2005, "Optimization of Collective Communication Operations in MPICH";
 Patarasuk & Yuan 2009 for the bandwidth-optimal ring; NCCL's docs for bus bandwidth):
@@ -33,7 +34,8 @@ class LevelHop:
 
     level: int
     members: int  # k_i: how many sub-domains (or devices at level 0) the group joins at this level
-    parallel_links: int  # c_(i-1): group members inside one sub-domain, each with its own link
+    inside: int  # c_(i-1): group members inside one sub-domain
+    parallel_links: int  # links into the level used at once: min(c_(i-1), rails)
     bytes_per_s: float  # achieved per-device, per-direction bandwidth of the level
     latency_s: float
 
@@ -59,7 +61,8 @@ def group_span(cluster: Cluster, size: int, stride: int) -> GroupSpan:
             within = min(size, max(1, level.size // stride))
         members = within // inside
         if members > 1:
-            hops.append(LevelHop(index, members, inside, level.effective_bytes_per_s, level.latency_s))
+            links = min(inside, level.rails)
+            hops.append(LevelHop(index, members, inside, links, level.effective_bytes_per_s, level.latency_s))
         inside = within
         if inside >= size:
             break
@@ -80,8 +83,8 @@ def _hierarchical_s(span: GroupSpan, bytes_: float, passes: float) -> float:
     total = 0.0
     for hop in span.hops:
         k = hop.members
-        share = bytes_ / hop.parallel_links
-        total += passes * (k - 1) / k * share / hop.bytes_per_s + passes * (k - 1) * hop.latency_s
+        # each of the c_(i-1) members works on 1/c_(i-1) of the buffer, over the links it shares
+        total += passes * (k - 1) / k * bytes_ / (hop.parallel_links * hop.bytes_per_s) + passes * (k - 1) * hop.latency_s
     return total
 
 
@@ -109,8 +112,8 @@ def collective_s(kind: CollectiveKind, bytes_: float, span: GroupSpan, algorithm
         n = span.size
         worst = 0.0
         for hop in span.hops:
-            outside = (n - hop.parallel_links) / n
-            worst = max(worst, outside * bytes_ / hop.bytes_per_s)
+            outside = (n - hop.inside) / n
+            worst = max(worst, outside * bytes_ * hop.inside / (hop.parallel_links * hop.bytes_per_s))
         return worst + (n - 1) * max(h.latency_s for h in span.hops)
     passes = 2.0 if kind == "all_reduce" else 1.0
     ring = _ring_s(span, bytes_, passes)

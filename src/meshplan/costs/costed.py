@@ -47,6 +47,7 @@ class CostedProgram:
     zero3_gather_s: float  # per micro-batch, all gathers
     zero3_scatter_s: float  # per micro-batch
     optimizer_s: float
+    overlap_slowdown: float  # of the device's efficiency profile
 
 
 def _op_times(op: ShardedOp, roof: Roofline, element_bytes: float) -> OpTimes:
@@ -72,7 +73,8 @@ def _comm_s(comm: Comm, backward: bool = False) -> float:
 def cost_program(program: Program) -> CostedProgram:
     s = program.scenario
     device = s.cluster.device
-    roof = Roofline.of(device, catalog.efficiency(device.efficiency), s.plan.precision)
+    efficiency = catalog.efficiency(device.efficiency)
+    roof = Roofline.of(device, efficiency, s.plan.precision)
     eb = program.element_bytes
 
     layer_ops = {op.op.name: _op_times(op, roof, eb) for op in program.layer}
@@ -120,4 +122,5 @@ def cost_program(program: Program) -> CostedProgram:
         zero3_gather_s=sum(_comm_s(c) for c in gathers),
         zero3_scatter_s=sum(_comm_s(c) for c in scatters),
         optimizer_s=optimizer_s,
+        overlap_slowdown=efficiency.overlap_slowdown,
     )

@@ -214,10 +214,12 @@ def build_program(scenario: Scenario) -> Program:
         else:
             # ZeRO-3 / FSDP: weights gathered before every forward that runs (recompute
             # included) and before backward, gradients reduce-scattered, per micro-batch
+            # one unit per decoder layer (FSDP wraps each block; DeepSpeed gathers per module)
             gathers = 3 if plan.recompute == "full" else 2
+            units = float(max(layers_per_device, 1))
             zero3 = (
-                Comm("dp", "all_gather", weight_total / buckets, buckets * gathers, dp_span),
-                Comm("dp", "reduce_scatter", grad_total / buckets, buckets, dp_span),
+                Comm("dp", "all_gather", weight_total / units, units * gathers, dp_span),
+                Comm("dp", "reduce_scatter", grad_total / units, units, dp_span),
             )
     optimizer_params = worst_params / (dp if plan.zero_stage >= 1 else 1)
 

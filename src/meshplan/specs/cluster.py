@@ -17,7 +17,10 @@ class NetworkLevel(Spec):
 
     ``size`` is how many devices share this level's domain (8 for an NVLink node, 72 for NVL72);
     the outermost level may leave it unset (it spans the whole cluster).
-    ``bytes_per_s`` is per device, per direction.
+    ``bytes_per_s`` is per device, per direction. ``rails`` is how many of those per-device links
+    inside one domain of the level below a single collective uses at once: NCCL can stripe a ring
+    over every NIC of a node, but the measured Megatron-LM and ZeRO-3 runs on DGX A100 (SC21)
+    reach about one NIC per collective, so 1 is the default until a measurement says more.
     """
 
     name: str
@@ -26,6 +29,7 @@ class NetworkLevel(Spec):
     latency_s: Seconds
     topology: Topology = "switch"
     efficiency: Fraction = 1.0  # achieved fraction of bytes_per_s for large collectives
+    rails: Count = 1  # links of one lower-level domain a single collective drives at once
     energy_per_bit_j: JoulesPerBit = 0.0
 
     @property

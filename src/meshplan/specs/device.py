@@ -45,6 +45,10 @@ class Efficiency(Spec):
     attention: EfficiencyCurve
     memory: Fraction  # achieved fraction of HBM bandwidth for streaming kernels
     kernel_overhead_s: Seconds  # launch and tail cost added to every kernel
+    # compute slows by this fraction while a collective runs beside it (the collective's kernels
+    # take SMs and HBM bandwidth: Rashidi et al. 2021, "Enabling Compute-Communication Overlap in
+    # Distributed Deep Learning Training Platforms", ISCA, Sec. 3)
+    overlap_slowdown: float = Field(default=0.0, ge=0.0, le=1.0)
     source: str
 
 

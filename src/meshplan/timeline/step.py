@@ -14,11 +14,12 @@ from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
 from meshplan.timeline.pipeline_schedule import pipeline_time_s
 
 
-def _overlap(compute: float, comm: float, pieces: int, overlapped: bool) -> float:
-    """Two streams over ``pieces`` equal pieces: one piece of the shorter one cannot hide."""
-    if not overlapped:
-        return compute + comm
-    return max(compute, comm) + min(compute, comm) / max(pieces, 1)
+def overlap_s(compute: float, comm: float, pieces: int, slowdown: float) -> float:
+    """Two streams over ``pieces`` equal pieces (MAD Max Sec. 4.3): the longer one sets the pace,
+    one piece of the shorter one cannot hide, and compute slows by ``slowdown`` while the
+    collectives run beside it."""
+    shared = min(compute, comm)
+    return max(compute + slowdown * shared, comm) + shared / max(pieces, 1)
 
 
 def _micro_batch_s(t: RoleTimes, costed: CostedProgram, layers: int) -> tuple[float, float, float, float]:
@@ -33,9 +34,12 @@ def _micro_batch_s(t: RoleTimes, costed: CostedProgram, layers: int) -> tuple[fl
     if costed.zero3_gather_s or costed.zero3_scatter_s:
         passes = 3.0 if plan.recompute == "full" else 2.0
         gather_one = costed.zero3_gather_s / passes
-        fwd_total = _overlap(forward, gather_one, layers, plan.overlap_param_gather)
         bwd_comm = costed.zero3_gather_s - gather_one + costed.zero3_scatter_s
-        bwd_total = _overlap(backward, bwd_comm, layers, plan.overlap_param_gather)
+        if plan.overlap_param_gather:
+            fwd_total = overlap_s(forward, gather_one, layers, costed.overlap_slowdown)
+            bwd_total = overlap_s(backward, bwd_comm, layers, costed.overlap_slowdown)
+        else:
+            fwd_total, bwd_total = forward + gather_one, backward + bwd_comm
         z3_fwd, z3_bwd = fwd_total - forward, bwd_total - backward
     return forward, backward, z3_fwd, z3_bwd
 
@@ -61,7 +65,8 @@ def step_estimate(costed: CostedProgram) -> Estimate:
     for role, times, f, b, _ in per_role:
         dp_exposed = costed.dp_s
         if plan.overlap_grad_reduce and costed.dp_s:
-            dp_exposed = max(costed.dp_s - b, costed.dp_s / max(role.layers, 1))
+            # behind the last backward pass: what exceeds that pass shows
+            dp_exposed = overlap_s(b, costed.dp_s, role.layers, costed.overlap_slowdown) - b
         ends.append(pipe_s - offset + dp_exposed + costed.optimizer_s)
         offset += b * role.stages
     step_s = max(max(ends), pipe_s + costed.optimizer_s)
