@@ -6,8 +6,12 @@ from pathlib import Path
 
 from meshplan import catalog
 from meshplan.costs.costed import cost_program
-from meshplan.parallel.program import build_program
+from meshplan.errors import MeshplanError
+from meshplan.explore.search import SearchResult
+from meshplan.explore.search import search as run_search
+from meshplan.explore.space import SearchSpace
 from meshplan.io.hf_config import model_from_hf_config
+from meshplan.parallel.program import build_program
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
 from meshplan.specs.base import build
 from meshplan.timeline.estimate import Estimate
@@ -76,3 +80,61 @@ def trace(s: Scenario) -> dict:
     """The Chrome/Perfetto trace of one step of ``s`` (open it in ui.perfetto.dev)."""
     costed = cost_program(build_program(s))
     return chrome_trace(costed, step_estimate(costed))
+
+
+def search(
+    model: str | TransformerModel | dict,
+    cluster: str | Cluster | dict,
+    num_devices: int,
+    plan: Plan | dict | None = None,
+    space: SearchSpace | dict | None = None,
+    top: int = 10,
+    task: Task | dict | None = None,
+    progress=None,
+    reference: dict | None = None,
+    **plan_fields,
+) -> SearchResult:
+    """The ``top`` fastest plans that fit, exactly. ``plan`` holds what is not searched (global
+    batch, seq_len, precision); ``space`` narrows or widens the knobs searched::
+
+        meshplan.search("llama3-70b", "dgx-h100", 512, global_batch_size=1024, seq_len=8192)
+    """
+    plan_data = plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})
+    plan_data.update(plan_fields)
+    if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
+        raise MeshplanError("num_devices", num_devices, "must be a positive integer")
+    resolved_cluster = resolve_cluster(cluster)
+    result = run_search(
+        resolve_model(model),
+        resolved_cluster,
+        num_devices,
+        build(Plan, plan_data, "plan"),
+        build(SearchSpace, space or {}, "space"),
+        top,
+        build(Task, task or {}, "task"),
+        progress,
+        reference,
+    )
+    if not result.top:
+        raise _nothing_fits(result, num_devices, resolved_cluster.device.hbm_bytes)
+    return result
+
+
+def _nothing_fits(result: SearchResult, num_devices: int, capacity: float) -> MeshplanError:
+    """Which constraint fails for every plan, and the closest change that would help."""
+    if result.candidates == 0:
+        field, count = max(result.rejected.items(), key=lambda item: item[1])
+        return MeshplanError(
+            field, f"{count} of {result.space_size} points",
+            "no plan of the space passes this constraint",
+            hint="widen the space (--set space.tp=[1,2,4,8]) or change --devices or --global-batch",
+        )
+    need = result.leanest_infeasible_bytes
+    factor = -(-need // capacity)  # ceil
+    return MeshplanError(
+        "memory",
+        f"{need / 1e9:.1f} GB per device for the leanest of {result.candidates} plans",
+        f"a device holds {capacity / 1e9:.1f} GB",
+        hint=f"try about {int(factor) * num_devices} devices, zero_stage 3 and recompute full in the space, "
+        "or a smaller micro-batch",
+    )

@@ -32,7 +32,10 @@ _PLAN_FLAGS = {
 def _console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr)
+    console = Console(stderr=stderr)
+    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
+        console = Console(stderr=stderr, width=160)
+    return console
 
 
 @app.command()
@@ -74,12 +77,7 @@ def estimate(
     task = _section(cfg, "task")
     if train_tokens is not None:
         task["train_tokens"] = train_tokens
-    model_ref = model or cfg.get("model")
-    cluster_ref = cluster or cfg.get("cluster")
-    if model_ref is None:
-        raise MeshplanError("model", None, "give --model ID (see `meshplan catalog list models`) or model: in --config")
-    if cluster_ref is None:
-        raise MeshplanError("cluster", None, "give --cluster ID (see `meshplan catalog list clusters`) or cluster: in --config")
+    model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
     scenario = api.scenario(model_ref, cluster_ref, plan, devices or cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
     if trace:
@@ -105,13 +103,92 @@ def estimate(
         )
 
 
+def _model_and_cluster(cfg: dict, model: str | None, cluster: str | None):
+    model_ref = model or cfg.get("model")
+    cluster_ref = cluster or cfg.get("cluster")
+    if model_ref is None:
+        raise MeshplanError("model", None, "give --model ID (see `meshplan catalog list models`) or model: in --config")
+    if cluster_ref is None:
+        raise MeshplanError("cluster", None, "give --cluster ID (see `meshplan catalog list clusters`) or cluster: in --config")
+    return model_ref, cluster_ref
+
+
+@app.command()
+def search(
+    model: Optional[str] = typer.Option(None, help="Catalog model id, or a HuggingFace config.json path."),
+    cluster: Optional[str] = typer.Option(None, help="Catalog cluster id."),
+    devices: Optional[int] = typer.Option(None, help="Number of devices."),
+    global_batch: Optional[int] = typer.Option(None, help="Sequences per step."),
+    seq_len: Optional[int] = typer.Option(None, help="Tokens per sequence (default: the model's)."),
+    precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
+    top: int = typer.Option(10, help="How many of the best plans to show."),
+    objective: str = typer.Option("time", help="What to minimize: time (step time)."),
+    config: Optional[Path] = typer.Option(None, help="Run config (YAML or JSON) with an optional space: block."),
+    set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. space.tp=[1,2,4,8] (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+):
+    """Find the fastest plans of a space that fit in memory (exact, with a lower-bound screen)."""
+    from meshplan import api
+    from meshplan.config import apply_override, load_config
+
+    if objective != "time":
+        raise MeshplanError("--objective", objective, "one of: time")
+    cfg = load_config(str(config) if config else None)
+    for assignment in set_:
+        cfg = apply_override(cfg, assignment)
+    plan = _section(cfg, "plan")
+    for value, field in ((global_batch, "global_batch_size"), (seq_len, "seq_len"), (precision, "precision")):
+        if value is not None:
+            plan[field] = value
+    model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
+    num_devices = devices or cfg.get("devices")
+    if num_devices is None:
+        raise MeshplanError("devices", None, "give --devices N or devices: in --config")
+    with _progress("evaluating plans") as report:
+        result = api.search(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, _section(cfg, "task"), progress=report)
+    summary = (
+        f"{result.space_size} points in the space, {result.candidates} valid plans, {result.evaluated} evaluated "
+        f"exactly ({result.infeasible_memory} do not fit), {result.wall_s:.2f} s"
+    )
+    if as_json:
+        payload = {k: v for k, v in result.__dict__.items() if k != "evaluated_rows"}
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        from meshplan.report import search_table
+
+        _console().print(search_table(result))
+    _console(stderr=True).print(summary)
+
+
+class _progress:
+    """A progress bar on stderr (quiet when stderr is not a terminal)."""
+
+    def __init__(self, label: str):
+        from rich.progress import Progress
+
+        self._bar = Progress(console=_console(stderr=True), transient=True)
+        self._label = label
+        self._task = None
+
+    def __enter__(self):
+        self._bar.__enter__()
+        self._task = self._bar.add_task(self._label, total=None)
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        self._bar.update(self._task, completed=done, total=total)
+
+    def __exit__(self, *exc):
+        return self._bar.__exit__(*exc)
+
+
 def _section(cfg: dict, key: str) -> dict:
     """A copy of the ``plan:`` or ``task:`` mapping of a run config (empty if absent)."""
     value = cfg.get(key)
     if value is None:
         return {}
     if not isinstance(value, dict):
-        example = {"plan": "--set plan.tp=8", "task": "--set task.train_tokens=3e11"}[key]
+        example = {"plan": "--set plan.tp=8", "task": "--set task.train_tokens=3e11", "space": "--set space.tp=[1,2,4,8]"}[key]
         raise MeshplanError(key, value, f"a mapping of {key} fields: {example}, or a '{key}:' block in --config")
     return dict(value)
 

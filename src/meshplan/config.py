@@ -8,7 +8,7 @@ from meshplan.errors import MeshplanError
 from meshplan.io.files import load_yaml_or_json
 
 #: the top-level keys of a run config
-RUN_KEYS = ("model", "cluster", "devices", "plan", "task")
+RUN_KEYS = ("model", "cluster", "devices", "plan", "task", "space")
 
 
 def load_config(path: str | None) -> dict:

@@ -62,3 +62,17 @@ def validation_tables(results, summary) -> list[Table]:
 
 def _s(value) -> str:
     return "-" if value is None else f"{value:.4g} s"
+
+
+def search_table(result) -> Table:
+    table = Table(title=f"Best {len(result.top)} plans (of {result.candidates} valid)", header_style="bold")
+    columns = ("rank", "tp", "pp", "dp", "cp", "mb", "vpp", "recompute", "zero", "sp", "step", "tokens/s", "MFU", "memory")
+    for col in columns:
+        table.add_column(col, justify="left" if col == "recompute" else "right")
+    for rank, r in enumerate(result.top, start=1):
+        table.add_row(
+            str(rank), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["cp"]), str(r["micro_batch_size"]),
+            str(r["virtual_pipeline_stages"]), r["recompute"], str(r["zero_stage"]), "y" if r["sequence_parallel"] else "n",
+            format_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"]),
+        )
+    return table

@@ -1,0 +1,95 @@
+"""The space of plans, declared as data, and the candidates it expands to.
+
+Each field lists the values to try. Constraints (divisibility, batch) are the ones
+``make_scenario`` checks for a single plan, so a candidate is valid here exactly when
+``meshplan estimate`` would accept it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+
+from pydantic import Field
+
+from meshplan.errors import MeshplanError
+from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
+from meshplan.specs.base import Count, Spec
+from meshplan.specs.plan import Recompute, Schedule
+
+
+class SearchSpace(Spec):
+    """Values to try per plan knob. ``dp`` is never listed: it follows from the device count."""
+
+    tp: list[Count] = [1, 2, 4, 8]
+    pp: list[Count] = [1, 2, 4, 8, 16, 32, 64]
+    cp: list[Count] = [1]
+    micro_batch_size: list[Count] = [1, 2, 4, 8]
+    virtual_pipeline_stages: list[Count] = [1, 2, 3, 4]
+    schedule: list[Schedule] = ["1f1b"]
+    recompute: list[Recompute] = ["none", "selective", "full"]
+    zero_stage: list[int] = Field(default=[0, 1, 2, 3])
+    sequence_parallel: list[bool] = [False, True]
+
+    @property
+    def size(self) -> int:
+        """Points in the full product, before any constraint."""
+        n = 1
+        for name in type(self).model_fields:
+            n *= len(getattr(self, name))
+        return n
+
+
+@dataclass(frozen=True)
+class Candidates:
+    scenarios: list[Scenario]
+    space_size: int
+    rejected: Counter  # constraint that failed -> how many points it removed
+
+
+def expand(
+    space: SearchSpace,
+    model: TransformerModel,
+    cluster: Cluster,
+    num_devices: int,
+    base: Plan,
+    task: Task | None = None,
+) -> Candidates:
+    """Every point of ``space`` that is a valid plan for the model on ``num_devices`` devices.
+
+    ``base`` carries what the search does not vary (global batch, seq_len, precision, ...).
+    Points that differ only in knobs that do nothing (sequence parallelism without tp, ZeRO
+    without dp, virtual stages without pp, selective recompute with flash attention) are kept
+    once.
+    """
+    fields = list(type(space).model_fields)
+    rejected: Counter = Counter()
+    seen = set()
+    scenarios = []
+    fixed = base.model_dump(exclude_unset=True)
+    for values in itertools.product(*(getattr(space, f) for f in fields)):
+        point = dict(zip(fields, values))
+        mp = point["tp"] * point["cp"] * point["pp"]
+        if num_devices % mp:
+            rejected["num_devices % (tp*cp*pp)"] += 1
+            continue
+        dp = num_devices // mp
+        if point["tp"] == 1:
+            point["sequence_parallel"] = False
+        if dp == 1:
+            point["zero_stage"] = 0
+        if point["pp"] == 1:
+            point["virtual_pipeline_stages"] = 1
+        if point["recompute"] == "selective" and base.flash_attention:
+            point["recompute"] = "none"  # flash attention keeps no scores: nothing to recompute
+        key = tuple(point.values())
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            plan = Plan.model_validate({**fixed, **point, "dp": dp})
+            scenarios.append(make_scenario(model, cluster, plan, num_devices, task))
+        except MeshplanError as err:
+            rejected[err.field] += 1
+    return Candidates(scenarios, space.size, rejected)
