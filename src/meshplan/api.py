@@ -7,9 +7,11 @@ from pathlib import Path
 from meshplan import catalog
 from meshplan.costs.costed import cost_program
 from meshplan.errors import MeshplanError
-from meshplan.explore.search import SearchResult
+from meshplan.explore.search import ROW_TYPES, SearchResult
 from meshplan.explore.search import search as run_search
+from meshplan.explore.executors import make_executor
 from meshplan.explore.space import SearchSpace
+from meshplan.explore.store import PlanStore
 from meshplan.io.hf_config import model_from_hf_config
 from meshplan.parallel.program import build_program
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
@@ -92,29 +94,46 @@ def search(
     task: Task | dict | None = None,
     progress=None,
     reference: dict | None = None,
+    executor: str = "serial",
+    workers: int | None = None,
+    store: str | None = None,
     **plan_fields,
 ) -> SearchResult:
     """The ``top`` fastest plans that fit, exactly. ``plan`` holds what is not searched (global
     batch, seq_len, precision); ``space`` narrows or widens the knobs searched::
 
         meshplan.search("llama3-70b", "dgx-h100", 512, global_batch_size=1024, seq_len=8192)
+
+    ``executor`` is serial, local (worker processes) or ray; ``store`` is a folder that keeps
+    every evaluated plan as Parquet and lets an interrupted search resume.
     """
     plan_data = plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})
     plan_data.update(plan_fields)
     if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
         raise MeshplanError("num_devices", num_devices, "must be a positive integer")
-    resolved_cluster = resolve_cluster(cluster)
-    result = run_search(
-        resolve_model(model),
-        resolved_cluster,
-        num_devices,
-        build(Plan, plan_data, "plan"),
-        build(SearchSpace, space or {}, "space"),
-        top,
-        build(Task, task or {}, "task"),
-        progress,
-        reference,
-    )
+    resolved_model, resolved_cluster = resolve_model(model), resolve_cluster(cluster)
+    base = build(Plan, plan_data, "plan")
+    resolved_space = build(SearchSpace, space or {}, "space")
+    resolved_task = build(Task, task or {}, "task")
+    plan_store = None
+    if store is not None:
+        job = {
+            "model": resolved_model.model_dump(mode="json"),
+            "cluster": resolved_cluster.model_dump(mode="json"),
+            "num_devices": num_devices,
+            "plan": base.model_dump(mode="json"),
+            "space": resolved_space.model_dump(mode="json"),
+            "task": resolved_task.model_dump(mode="json"),
+        }
+        plan_store = PlanStore(store, job, ROW_TYPES)
+    pool = make_executor(executor, workers)
+    try:
+        result = run_search(
+            resolved_model, resolved_cluster, num_devices, base, resolved_space, top, resolved_task,
+            progress, reference, None if executor == "serial" else pool, plan_store,
+        )
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     if not result.top:
         raise _nothing_fits(result, num_devices, resolved_cluster.device.hbm_bytes)
     return result

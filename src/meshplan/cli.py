@@ -123,6 +123,9 @@ def search(
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     top: int = typer.Option(10, help="How many of the best plans to show."),
     objective: str = typer.Option("time", help="What to minimize: time (step time)."),
+    executor: str = typer.Option("local", help="serial, local (worker processes) or ray."),
+    workers: Optional[int] = typer.Option(None, help="Worker processes for --executor local (default: all cores)."),
+    store: Optional[Path] = typer.Option(None, help="Keep every evaluated plan here as Parquet; resume from it."),
     config: Optional[Path] = typer.Option(None, help="Run config (YAML or JSON) with an optional space: block."),
     set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. space.tp=[1,2,4,8] (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -145,10 +148,13 @@ def search(
     if num_devices is None:
         raise MeshplanError("devices", None, "give --devices N or devices: in --config")
     with _progress("evaluating plans") as report:
-        result = api.search(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, _section(cfg, "task"), progress=report)
+        result = api.search(
+            model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, _section(cfg, "task"),
+            progress=report, executor=executor, workers=workers, store=str(store) if store else None,
+        )
     summary = (
         f"{result.space_size} points in the space, {result.candidates} valid plans, {result.evaluated} evaluated "
-        f"exactly ({result.infeasible_memory} do not fit), {result.wall_s:.2f} s"
+        f"exactly ({result.infeasible_memory} do not fit, {result.reused} reused from the store), {result.wall_s:.2f} s"
     )
     if as_json:
         payload = {k: v for k, v in result.__dict__.items() if k != "evaluated_rows"}
@@ -158,6 +164,33 @@ def search(
 
         _console().print(search_table(result))
     _console(stderr=True).print(summary)
+
+
+results_app = typer.Typer(no_args_is_help=True, help="Query stored search results with SQL (DuckDB).")
+app.add_typer(results_app, name="results")
+
+
+@results_app.command("query")
+def results_query(
+    folder: Path = typer.Argument(..., help="A --store folder of meshplan search."),
+    sql: str = typer.Argument(..., help="SQL over the view `plans`, e.g. select tp, pp, step_time_s from plans order by 3 limit 5"),
+    as_json: bool = typer.Option(False, "--json", help="Print rows as JSON objects."),
+):
+    """Run SQL over every plan a search stored."""
+    from meshplan.explore.store import query
+
+    columns, rows = query(folder, sql)
+    if as_json:
+        typer.echo(json.dumps([dict(zip(columns, row)) for row in rows], indent=2, default=str))
+        return
+    from rich.table import Table
+
+    table = Table(header_style="bold")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row))
+    _console().print(table)
 
 
 class _progress:

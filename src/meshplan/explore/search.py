@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,6 +20,7 @@ from meshplan.costs.costed import cost_program
 from meshplan.errors import MeshplanError
 from meshplan.explore.bound import lower_bounds
 from meshplan.explore.space import SearchSpace, expand
+from meshplan.explore.store import PlanStore
 from meshplan.parallel.program import build_program
 from meshplan.specs import Cluster, Plan, Task, TransformerModel
 from meshplan.timeline.estimate import Estimate
@@ -29,6 +31,23 @@ PLAN_COLUMNS = (
     "tp", "pp", "dp", "cp", "micro_batch_size", "virtual_pipeline_stages", "schedule", "recompute",
     "zero_stage", "sequence_parallel",
 )
+
+
+#: every column of a row, plan knobs first; a plan that does not fit has no times (None)
+ROW_COLUMNS = (
+    *PLAN_COLUMNS, "num_devices", "global_batch_size", "seq_len", "step_time_s", "tokens_per_s", "mfu",
+    "memory_bytes", "fits", "compute_s", "bubble_s", "exposed_tp_s", "exposed_cp_s", "exposed_pp_s", "exposed_dp_s",
+)
+
+
+#: the type of each column, for stores (a column may be None where a plan does not fit)
+ROW_TYPES = {
+    **dict.fromkeys(("tp", "pp", "dp", "cp", "micro_batch_size", "virtual_pipeline_stages", "zero_stage",
+                     "num_devices", "global_batch_size", "seq_len"), "int64"),
+    "schedule": "string", "recompute": "string", "sequence_parallel": "bool", "fits": "bool",
+    **dict.fromkeys(("step_time_s", "tokens_per_s", "mfu", "memory_bytes", "compute_s", "bubble_s",
+                     "exposed_tp_s", "exposed_cp_s", "exposed_pp_s", "exposed_dp_s"), "float64"),
+}
 
 
 def plan_row(estimate: Estimate) -> dict:
@@ -65,6 +84,7 @@ class SearchResult:
     reference: dict | None = None  # the reference plan's row, if one was given
     reference_rank: int | None = None  # its rank among all plans of the space that fit
     leanest_infeasible_bytes: float = float("inf")  # least memory per device of a plan that does not fit
+    reused: int = 0  # rows taken from the store instead of being evaluated again
 
     @property
     def best(self) -> dict | None:
@@ -81,6 +101,32 @@ class SearchResult:
         return pd.DataFrame(self.top)
 
 
+def evaluate(scenarios: list) -> list[dict]:
+    """Exact rows for a chunk of scenarios (runs in worker processes too).
+
+    Memory comes first: a plan that does not fit is not costed, and its row has no times.
+    """
+    rows = []
+    for scenario in scenarios:
+        program = build_program(scenario)
+        if all(role.memory.fits for role in program.roles):
+            rows.append(plan_row(step_estimate(cost_program(program))))
+        else:
+            p = scenario.plan.model_dump()
+            row = dict.fromkeys(ROW_COLUMNS)
+            row.update({name: p[name] for name in PLAN_COLUMNS})
+            row.update(
+                num_devices=scenario.num_devices, global_batch_size=p["global_batch_size"], seq_len=p["seq_len"],
+                memory_bytes=max(role.memory.total_bytes for role in program.roles), fits=False,
+            )
+            rows.append(row)
+    return rows
+
+
+def plan_key(row: dict) -> tuple:
+    return tuple(row[name] for name in PLAN_COLUMNS)
+
+
 def search(
     model: TransformerModel,
     cluster: Cluster,
@@ -91,11 +137,16 @@ def search(
     task: Task | None = None,
     progress: Callable[[int, int], None] | None = None,
     reference: dict | None = None,
+    executor: Executor | None = None,
+    store: PlanStore | None = None,
+    chunk: int = 64,
 ) -> SearchResult:
     """The ``top_k`` fastest plans of ``space`` that fit in memory, exactly.
 
     ``reference`` (plan knobs, e.g. a published plan) is ranked among all plans that fit: the
     search then also evaluates every plan whose bound is below the reference's step time.
+    ``executor`` evaluates chunks of candidates (in-process when None); ``store`` keeps every
+    evaluated row and supplies the rows of an earlier, interrupted run of the same search.
     """
     if top_k < 1:
         raise MeshplanError("top", top_k, "must be at least 1")
@@ -103,49 +154,82 @@ def search(
     candidates = expand(space or SearchSpace(), model, cluster, num_devices, base, task)
     scenarios = candidates.scenarios
     bounds = lower_bounds(scenarios)
-    order = np.argsort(bounds, kind="stable")
+    order = [int(i) for i in np.argsort(bounds, kind="stable")]
     reference_row = _reference_row(reference, model, cluster, num_devices, base, task)
     reference_s = reference_row["step_time_s"] if reference_row and reference_row["fits"] else -np.inf
+    known = {plan_key(row): row for row in store.load()} if store else {}
+    workers = getattr(executor, "_max_workers", 1) or 1
 
     best: list[tuple[float, int, dict]] = []  # max-heap of the top k by step time (negated)
     rows: list[dict] = []
-    infeasible = 0
-    leanest = np.inf  # least memory per device among plans that do not fit
-    for done, index in enumerate(order):
-        if len(best) == top_k and bounds[index] > max(-best[0][0], reference_s):
-            break
-        program = build_program(scenarios[index])
-        if not all(role.memory.fits for role in program.roles):  # memory first: no costing needed
-            infeasible += 1
-            leanest = min(leanest, max(role.memory.total_bytes for role in program.roles))
-            continue
-        row = plan_row(step_estimate(cost_program(program)))
+
+    def take(index: int, row: dict) -> None:
         rows.append(row)
+        if not row["fits"]:
+            return
+        item = (-row["step_time_s"], -index, row)
         if len(best) < top_k:
-            heapq.heappush(best, (-row["step_time_s"], -int(index), row))
-        elif row["step_time_s"] < -best[0][0]:
-            heapq.heapreplace(best, (-row["step_time_s"], -int(index), row))
-        if progress and done % 64 == 0:
-            progress(done + 1, len(order))
-    if progress:
-        progress(len(rows), len(order))
+            heapq.heappush(best, item)
+        elif item > best[0]:
+            heapq.heapreplace(best, item)
+
+    position = 0
+    try:
+        while position < len(order):
+            if len(best) == top_k and bounds[order[position]] > max(-best[0][0], reference_s):
+                break
+            batch = order[position:position + chunk * workers]
+            position += len(batch)
+            todo = []
+            for index in batch:
+                row = known.get(plan_key(_point(scenarios[index]))) if known else None
+                if row is None:
+                    todo.append(index)
+                else:
+                    take(index, row)
+            if todo:
+                pieces = [todo[i:i + chunk] for i in range(0, len(todo), chunk)]
+                if executor is None:
+                    results = [evaluate([scenarios[i] for i in piece]) for piece in pieces]
+                else:
+                    futures = [executor.submit(evaluate, [scenarios[i] for i in piece]) for piece in pieces]
+                    results = [f.result() for f in futures]
+                for piece, piece_rows in zip(pieces, results):
+                    for index, row in zip(piece, piece_rows):
+                        take(index, row)
+                        if store:
+                            store.add(row)
+            if progress:
+                progress(position, len(order))
+    finally:
+        if store:
+            store.flush()
+
     top = [row for _, _, row in sorted(best, key=lambda item: (-item[0], -item[1]))]
+    feasible = [r for r in rows if r["fits"]]
     reference_rank = None
     if reference_row and reference_row["fits"]:
-        reference_rank = 1 + sum(r["step_time_s"] < reference_s for r in rows)
+        reference_rank = 1 + sum(r["step_time_s"] < reference_s for r in feasible)
+    infeasible = [r for r in rows if not r["fits"]]
     return SearchResult(
         top=top,
         space_size=candidates.space_size,
         candidates=len(scenarios),
-        evaluated=len(rows) + infeasible,
-        infeasible_memory=infeasible,
+        evaluated=len(rows),
+        infeasible_memory=len(infeasible),
         rejected=dict(candidates.rejected),
         wall_s=time.perf_counter() - start,
-        evaluated_rows=rows,
+        evaluated_rows=feasible,
         reference=reference_row,
         reference_rank=reference_rank,
-        leanest_infeasible_bytes=float(leanest),
+        leanest_infeasible_bytes=min((r["memory_bytes"] for r in infeasible), default=float("inf")),
+        reused=sum(plan_key(r) in known for r in rows),
     )
+
+
+def _point(scenario) -> dict:
+    p = scenario.plan.model_dump()
+    return {name: p[name] for name in PLAN_COLUMNS}
 
 
 def _reference_row(reference, model, cluster, num_devices, base, task) -> dict | None:
