@@ -106,3 +106,41 @@ def test_search_matches_or_beats_the_published_plan(case):
     assert result.reference is not None and result.reference_rank is not None
     assert result.best["step_time_s"] <= result.reference["step_time_s"] * (1 + 1e-12)
     assert result.reference_rank >= 1
+
+
+@pytest.mark.parametrize("model_id,cluster_id,devices,base,space", SMALL_SPACES[:3])
+def test_memory_front_equals_brute_force(model_id, cluster_id, devices, base, space):
+    from meshplan.explore.pareto import memory_front
+
+    model, cluster = catalog.model(model_id), catalog.cluster(cluster_id)
+    rows = brute_force(model, cluster, devices, Plan(**base), SearchSpace(**space))
+    expected, fastest = [], float("inf")
+    for row in sorted(rows, key=lambda r: (r["memory_bytes"], r["step_time_s"])):
+        if row["step_time_s"] < fastest:
+            fastest = row["step_time_s"]
+            if expected and expected[-1]["memory_bytes"] == row["memory_bytes"]:
+                expected.pop()
+            expected.append(row)
+    front = memory_front(model, cluster, devices, Plan(**base), SearchSpace(**space))
+    assert [(r["memory_bytes"], r["step_time_s"]) for r in front] == [(r["memory_bytes"], r["step_time_s"]) for r in expected]
+
+
+def test_devices_front_gets_faster_with_more_devices():
+    fronts = api.pareto("gpt3-175b", "dgx-a100-80gb", 256, global_batch_size=512, space={"tp": [8], "pp": [4, 8, 16]})
+    devices = [r["num_devices"] for r in fronts["devices"]]
+    times = [r["step_time_s"] for r in fronts["devices"]]
+    assert devices == sorted(devices) and devices[-1] == 256
+    assert times == sorted(times, reverse=True)
+    best_256 = api.search("gpt3-175b", "dgx-a100-80gb", 256, global_batch_size=512, space={"tp": [8], "pp": [4, 8, 16]}, top=1)
+    assert times[-1] == pytest.approx(best_256.best["step_time_s"])
+
+
+def test_runner_up_explanation_accounts_for_the_gap():
+    from meshplan.explore.pareto import COMPONENTS, why_slower
+
+    result = api.search("gpt3-175b", "dgx-a100-80gb", 64, global_batch_size=512, top=2)
+    why = why_slower(result.top[0], result.top[1])
+    assert why["slower_by_s"] >= 0 and why["changed"]
+    # the step time is the sum of its components, so their differences add up to the gap
+    gap = sum(why["components_s"][c] for c in COMPONENTS)
+    assert gap == pytest.approx(why["slower_by_s"], rel=1e-6, abs=1e-9)

@@ -10,6 +10,7 @@ from meshplan.errors import MeshplanError
 from meshplan.explore.search import ROW_TYPES, SearchResult
 from meshplan.explore.search import search as run_search
 from meshplan.explore.executors import make_executor
+from meshplan.explore.pareto import devices_front, memory_front
 from meshplan.explore.space import SearchSpace
 from meshplan.explore.store import PlanStore
 from meshplan.io.hf_config import model_from_hf_config
@@ -84,6 +85,29 @@ def trace(s: Scenario) -> dict:
     return chrome_trace(costed, step_estimate(costed))
 
 
+def search_job(model, cluster, num_devices, plan=None, space=None, task=None, **plan_fields) -> tuple:
+    """Resolve and validate the inputs of a search: (model, cluster, devices, base plan, space, task)."""
+    plan_data = plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})
+    plan_data.update(plan_fields)
+    if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
+        raise MeshplanError("num_devices", num_devices, "must be a positive integer")
+    return (
+        resolve_model(model),
+        resolve_cluster(cluster),
+        num_devices,
+        build(Plan, plan_data, "plan"),
+        build(SearchSpace, space or {}, "space"),
+        build(Task, task or {}, "task"),
+    )
+
+
+def pareto(model, cluster, num_devices, plan=None, space=None, task=None, **plan_fields) -> dict:
+    """Exact Pareto fronts around the best plan: step time vs memory per device, and step time
+    vs devices used (num_devices, num_devices/2, ...)."""
+    job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
+    return {"memory": memory_front(*job), "devices": devices_front(*job)}
+
+
 def search(
     model: str | TransformerModel | dict,
     cluster: str | Cluster | dict,
@@ -107,14 +131,8 @@ def search(
     ``executor`` is serial, local (worker processes) or ray; ``store`` is a folder that keeps
     every evaluated plan as Parquet and lets an interrupted search resume.
     """
-    plan_data = plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})
-    plan_data.update(plan_fields)
-    if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
-        raise MeshplanError("num_devices", num_devices, "must be a positive integer")
-    resolved_model, resolved_cluster = resolve_model(model), resolve_cluster(cluster)
-    base = build(Plan, plan_data, "plan")
-    resolved_space = build(SearchSpace, space or {}, "space")
-    resolved_task = build(Task, task or {}, "task")
+    job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
+    resolved_model, resolved_cluster, _, base, resolved_space, resolved_task = job
     plan_store = None
     if store is not None:
         job = {

@@ -128,11 +128,13 @@ def search(
     store: Optional[Path] = typer.Option(None, help="Keep every evaluated plan here as Parquet; resume from it."),
     config: Optional[Path] = typer.Option(None, help="Run config (YAML or JSON) with an optional space: block."),
     set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. space.tp=[1,2,4,8] (repeatable)."),
+    pareto: bool = typer.Option(False, "--pareto", help="Also show the exact Pareto fronts (time vs memory, time vs devices)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ):
     """Find the fastest plans of a space that fit in memory (exact, with a lower-bound screen)."""
     from meshplan import api
     from meshplan.config import apply_override, load_config
+    from meshplan.explore.pareto import why_slower
 
     if objective != "time":
         raise MeshplanError("--objective", objective, "one of: time")
@@ -152,17 +154,28 @@ def search(
             model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, _section(cfg, "task"),
             progress=report, executor=executor, workers=workers, store=str(store) if store else None,
         )
+    fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), _section(cfg, "task")) if pareto else None
+    runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 else None
     summary = (
         f"{result.space_size} points in the space, {result.candidates} valid plans, {result.evaluated} evaluated "
         f"exactly ({result.infeasible_memory} do not fit, {result.reused} reused from the store), {result.wall_s:.2f} s"
     )
     if as_json:
         payload = {k: v for k, v in result.__dict__.items() if k != "evaluated_rows"}
+        payload["runner_up"] = runner_up
+        if fronts:
+            payload["pareto"] = fronts
         typer.echo(json.dumps(payload, indent=2))
     else:
-        from meshplan.report import search_table
+        from meshplan.report import front_table, runner_up_line, search_table
 
-        _console().print(search_table(result))
+        console = _console()
+        console.print(search_table(result))
+        if runner_up:
+            console.print(runner_up_line(runner_up))
+        if fronts:
+            console.print(front_table("Pareto front: step time vs memory per device", fronts["memory"]))
+            console.print(front_table("Pareto front: step time vs devices used", fronts["devices"]))
     _console(stderr=True).print(summary)
 
 

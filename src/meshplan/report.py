@@ -64,15 +64,38 @@ def _s(value) -> str:
     return "-" if value is None else f"{value:.4g} s"
 
 
+def _plan_cells(r: dict) -> tuple[str, ...]:
+    return (
+        str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["cp"]), str(r["micro_batch_size"]),
+        str(r["virtual_pipeline_stages"]), r["recompute"], str(r["zero_stage"]), "y" if r["sequence_parallel"] else "n",
+    )
+
+
+_PLAN_HEAD = ("tp", "pp", "dp", "cp", "mb", "vpp", "recompute", "zero", "sp")
+
+
+def front_table(title: str, rows: list[dict]) -> Table:
+    table = Table(title=title, header_style="bold")
+    for col in ("devices", *_PLAN_HEAD, "step", "memory"):
+        table.add_column(col, justify="left" if col == "recompute" else "right")
+    for r in rows:
+        table.add_row(str(r["num_devices"]), *_plan_cells(r), format_seconds(r["step_time_s"]), format_bytes(r["memory_bytes"]))
+    return table
+
+
+def runner_up_line(why: dict) -> str:
+    changed = ", ".join(f"{k} {a}->{b}" for k, (a, b) in why["changed"].items())
+    parts = ", ".join(f"{k.removesuffix('_s')} {v:+.3g} s" for k, v in why["components_s"].items() if abs(v) > 0)
+    return f"runner-up ({changed}) is {format_seconds(why['slower_by_s'])} slower: {parts}"
+
+
 def search_table(result) -> Table:
     table = Table(title=f"Best {len(result.top)} plans (of {result.candidates} valid)", header_style="bold")
-    columns = ("rank", "tp", "pp", "dp", "cp", "mb", "vpp", "recompute", "zero", "sp", "step", "tokens/s", "MFU", "memory")
-    for col in columns:
+    for col in ("rank", *_PLAN_HEAD, "step", "tokens/s", "MFU", "memory"):
         table.add_column(col, justify="left" if col == "recompute" else "right")
     for rank, r in enumerate(result.top, start=1):
         table.add_row(
-            str(rank), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["cp"]), str(r["micro_batch_size"]),
-            str(r["virtual_pipeline_stages"]), r["recompute"], str(r["zero_stage"]), "y" if r["sequence_parallel"] else "n",
-            format_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}", f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"]),
+            str(rank), *_plan_cells(r), format_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
+            f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"]),
         )
     return table

@@ -36,7 +36,8 @@ PLAN_COLUMNS = (
 #: every column of a row, plan knobs first; a plan that does not fit has no times (None)
 ROW_COLUMNS = (
     *PLAN_COLUMNS, "num_devices", "global_batch_size", "seq_len", "step_time_s", "tokens_per_s", "mfu",
-    "memory_bytes", "fits", "compute_s", "bubble_s", "exposed_tp_s", "exposed_cp_s", "exposed_pp_s", "exposed_dp_s",
+    "memory_bytes", "fits", "compute_s", "bubble_s", "optimizer_s", "exposed_tp_s", "exposed_cp_s", "exposed_pp_s",
+    "exposed_dp_s",
 )
 
 
@@ -45,7 +46,7 @@ ROW_TYPES = {
     **dict.fromkeys(("tp", "pp", "dp", "cp", "micro_batch_size", "virtual_pipeline_stages", "zero_stage",
                      "num_devices", "global_batch_size", "seq_len"), "int64"),
     "schedule": "string", "recompute": "string", "sequence_parallel": "bool", "fits": "bool",
-    **dict.fromkeys(("step_time_s", "tokens_per_s", "mfu", "memory_bytes", "compute_s", "bubble_s",
+    **dict.fromkeys(("step_time_s", "tokens_per_s", "mfu", "memory_bytes", "compute_s", "bubble_s", "optimizer_s",
                      "exposed_tp_s", "exposed_cp_s", "exposed_pp_s", "exposed_dp_s"), "float64"),
 }
 
@@ -66,6 +67,7 @@ def plan_row(estimate: Estimate) -> dict:
         fits=estimate.fits,
         compute_s=b.compute_s,
         bubble_s=b.bubble_s,
+        optimizer_s=b.optimizer_s,
         **{f"exposed_{axis}_s": t for axis, t in b.exposed_comm_s.items()},
     )
     return row
