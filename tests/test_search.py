@@ -144,3 +144,13 @@ def test_runner_up_explanation_accounts_for_the_gap():
     # the step time is the sum of its components, so their differences add up to the gap
     gap = sum(why["components_s"][c] for c in COMPONENTS)
     assert gap == pytest.approx(why["slower_by_s"], rel=1e-6, abs=1e-9)
+
+
+def test_batch_too_small_for_the_devices_names_the_constraint(monkeypatch, capsys):
+    code, _, err = run_cli(
+        monkeypatch, capsys, "search", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--devices", "4096",
+        "--global-batch", "4", "--set", "space.tp=[8]", "--set", "space.pp=[8]",
+    )
+    assert code == 2
+    line = [l for l in err.splitlines() if l.startswith("error:")][0]
+    assert "global_batch_size" in line and "no plan of the space" in line
