@@ -18,6 +18,7 @@ from meshplan.parallel.program import build_program
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
 from meshplan.specs.base import build
 from meshplan.timeline.estimate import Estimate
+from meshplan.timeline.inference import InferenceEstimate, inference_estimate
 from meshplan.timeline.step import step_estimate
 from meshplan.timeline.trace import chrome_trace
 
@@ -66,8 +67,9 @@ def estimate(
     num_devices: int | None = None,
     task: Task | dict | None = None,
     **plan_fields,
-) -> Estimate:
-    """Predict one training step. ``plan`` fields may also be given as keyword arguments::
+) -> Estimate | InferenceEstimate:
+    """Predict one training step (or, with ``task={"kind": "inference", ...}``, a prefill and
+    the decode that follows it). ``plan`` fields may also be given as keyword arguments::
 
         meshplan.estimate("gpt3-175b", "dgx-a100-80gb", tp=8, pp=16, num_devices=1536,
                           global_batch_size=1536, recompute="full")
@@ -75,12 +77,16 @@ def estimate(
     return estimate_scenario(scenario(model, cluster, plan, num_devices, task, **plan_fields))
 
 
-def estimate_scenario(s: Scenario) -> Estimate:
+def estimate_scenario(s: Scenario) -> Estimate | InferenceEstimate:
+    if s.task.kind == "inference":
+        return inference_estimate(s)
     return step_estimate(cost_program(build_program(s)))
 
 
 def trace(s: Scenario) -> dict:
     """The Chrome/Perfetto trace of one step of ``s`` (open it in ui.perfetto.dev)."""
+    if s.task.kind == "inference":
+        raise MeshplanError("--trace", "inference", "traces are drawn for training steps only so far")
     costed = cost_program(build_program(s))
     return chrome_trace(costed, step_estimate(costed))
 

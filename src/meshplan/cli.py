@@ -57,6 +57,11 @@ def estimate(
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time and GPU-hours."),
+    task_kind: Optional[str] = typer.Option(None, "--task", help="pretrain, finetune or inference."),
+    frozen_layers: Optional[int] = typer.Option(None, help="Finetune: leading decoder layers kept frozen."),
+    batch: Optional[int] = typer.Option(None, help="Inference: sequences served at once."),
+    prompt_len: Optional[int] = typer.Option(None, help="Inference: prompt tokens per sequence."),
+    output_len: Optional[int] = typer.Option(None, help="Inference: generated tokens per sequence."),
     config: Optional[Path] = typer.Option(None, help="Run config (YAML or JSON)."),
     set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. plan.tp=4 (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
@@ -75,8 +80,9 @@ def estimate(
         if flags[flag] is not None:
             plan[field] = flags[flag]
     task = _section(cfg, "task")
-    if train_tokens is not None:
-        task["train_tokens"] = train_tokens
+    task_flags = {"train_tokens": train_tokens, "kind": task_kind, "frozen_layers": frozen_layers,
+                  "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
+    task.update({k: v for k, v in task_flags.items() if v is not None})
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
     scenario = api.scenario(model_ref, cluster_ref, plan, devices or cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
@@ -88,9 +94,9 @@ def estimate(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        from meshplan.report import estimate_table
+        from meshplan.report import estimate_table, inference_table
 
-        _console().print(estimate_table(result))
+        _console().print(inference_table(result) if scenario.task.kind == "inference" else estimate_table(result))
         if trace:
             _console(stderr=True).print(f"trace written to {trace} (open in ui.perfetto.dev)")
     if not result.fits:

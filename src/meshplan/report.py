@@ -43,6 +43,39 @@ def estimate_table(e: Estimate) -> Table:
     return table
 
 
+def inference_table(e) -> Table:
+    p = e.plan
+    title = (
+        f"{e.model_id} inference on {e.num_devices} x {e.cluster_id}  tp={p['tp']} pp={p['pp']} dp={p['dp']} "
+        f"batch={e.batch_size} prompt={e.prompt_len} output={e.output_len} {p['precision']}"
+    )
+    table = Table(title=title, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+
+    def bound(phase) -> str:
+        kind = "memory-bandwidth bound" if phase.memory_bound else "compute bound"
+        return f"{format_seconds(phase.roofline_s)} ({kind})"
+
+    rows = [
+        ("time to first token (prefill)", format_seconds(e.ttft_s)),
+        ("  roofline bound", bound(e.prefill)),
+        ("time per output token (decode)", format_seconds(e.tpot_s)),
+        ("  roofline bound", bound(e.decode)),
+        ("  of which tp communication", format_seconds(e.decode.tp_comm_s)),
+        ("request latency", format_seconds(e.request_s)),
+        ("decode tokens/s", f"{e.decode_tokens_per_s:,.0f}"),
+        ("output tokens/s over the request", f"{e.tokens_per_s:,.0f}"),
+        ("memory per device", f"{format_bytes(e.memory.total_bytes)} of {format_bytes(e.memory.capacity_bytes)}" + ("" if e.fits else "  DOES NOT FIT")),
+        ("  weights", format_bytes(e.memory.weights_bytes)),
+        ("  KV cache", format_bytes(e.memory.kv_cache_bytes)),
+        ("  activations", format_bytes(e.memory.activations_bytes)),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
 def validation_tables(results, summary) -> list[Table]:
     cases = Table(title="Validation: predicted vs measured step time", header_style="bold")
     for col in ("case", "group", "measured", "predicted", "error"):

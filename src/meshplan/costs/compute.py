@@ -3,6 +3,10 @@
 COMET (Kumar et al.), Sec. 3.3.1, Eq. (1)-(2): time = flop / min(peak, OI x bandwidth), i.e. the
 larger of the compute time and the memory time. Peaks are scaled by the device's efficiency
 curves (meshplan.costs.efficiency) and every kernel pays a fixed launch overhead.
+
+A kernel's size for its efficiency curve is its work in units of peak time, max(flop,
+bytes x ridge) with ridge = peak / bandwidth: a kernel that streams a large KV cache or weight
+matrix for few flop (decoding) is a big kernel, not a small one.
 """
 
 from __future__ import annotations
@@ -48,11 +52,15 @@ class Roofline:
         """One GEMM (m x k)·(k x n): max(compute, memory) + launch overhead."""
         flop = 2.0 * m * k * n
         traffic = gemm_traffic_bytes(m * k * element_bytes, k * n * element_bytes, m * n * element_bytes, self.buffer_bytes)
-        compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.matmul, flop))
+        compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.matmul, self._size(flop, traffic)))
         return np.maximum(compute, traffic / self.bytes_per_s) + self.efficiency.kernel_overhead_s
 
+    def _size(self, flop, traffic_bytes):
+        """Work in flop-equivalents at peak: max(flop, bytes x ridge)."""
+        return np.maximum(flop, traffic_bytes * self.peak_flop_per_s / self.bytes_per_s)
+
     def attention_s(self, flop, traffic_bytes):
-        compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.attention, flop))
+        compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.attention, self._size(flop, traffic_bytes)))
         return np.maximum(compute, traffic_bytes / self.bytes_per_s) + self.efficiency.kernel_overhead_s
 
     def memory_s(self, traffic_bytes):

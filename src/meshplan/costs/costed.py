@@ -50,7 +50,7 @@ class CostedProgram:
     overlap_slowdown: float  # of the device's efficiency profile
 
 
-def _op_times(op: ShardedOp, roof: Roofline, element_bytes: float) -> OpTimes:
+def op_times(op: ShardedOp, roof: Roofline, element_bytes: float) -> OpTimes:
     kind = op.op.kind
     if kind == "matmul":
         fwd = roof.matmul_s(op.m, op.k, op.n, element_bytes)
@@ -65,7 +65,7 @@ def _op_times(op: ShardedOp, roof: Roofline, element_bytes: float) -> OpTimes:
     return OpTimes(float(fwd), float(roof.memory_s(2.0 * op.bytes)))
 
 
-def _comm_s(comm: Comm, backward: bool = False) -> float:
+def comm_s(comm: Comm, backward: bool = False) -> float:
     kind = BACKWARD_OF[comm.kind] if backward else comm.kind
     return comm.count * collective_s(kind, comm.bytes, comm.span)  # type: ignore[arg-type]
 
@@ -77,26 +77,26 @@ def cost_program(program: Program) -> CostedProgram:
     roof = Roofline.of(device, efficiency, s.plan.precision)
     eb = program.element_bytes
 
-    layer_ops = {op.op.name: _op_times(op, roof, eb) for op in program.layer}
+    layer_ops = {op.op.name: op_times(op, roof, eb) for op in program.layer}
     layer_fwd = sum(t.forward_s for t in layer_ops.values())
     layer_bwd = sum(t.backward_s for t in layer_ops.values())
     layer_recompute = sum(layer_ops[name].forward_s for name in program.recompute_ops)
-    tp_fwd = sum(_comm_s(c) for c in program.layer_tp_comms)
-    tp_bwd = sum(_comm_s(c, backward=True) for c in program.layer_tp_comms)
+    tp_fwd = sum(comm_s(c) for c in program.layer_tp_comms)
+    tp_bwd = sum(comm_s(c, backward=True) for c in program.layer_tp_comms)
     if s.plan.recompute == "full":
         tp_bwd += tp_fwd
     # ring attention overlaps the K/V exchange with the attention of the local block
     attention = layer_ops["attention"]
-    cp_fwd = sum(_comm_s(c) for c in program.layer_cp_comms)
-    cp_bwd = sum(_comm_s(c, backward=True) for c in program.layer_cp_comms)
+    cp_fwd = sum(comm_s(c) for c in program.layer_cp_comms)
+    cp_bwd = sum(comm_s(c, backward=True) for c in program.layer_cp_comms)
     cp_exposed = max(0.0, cp_fwd - attention.forward_s) + max(0.0, cp_bwd - attention.backward_s)
-    pp_s = 2.0 * program.pp_sends_per_micro_batch * _comm_s(program.pp_comm) if program.pp_comm else 0.0
+    pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
 
     roles = []
     for role in program.roles:
-        edge = [_op_times(op, roof, eb) for op in (*role.head, *role.tail)]
-        edge_comm = sum(_comm_s(c) for c in (*role.head_comms, *role.tail_comms))
-        edge_comm_bwd = sum(_comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))
+        edge = [op_times(op, roof, eb) for op in (*role.head, *role.tail)]
+        edge_comm = sum(comm_s(c) for c in (*role.head_comms, *role.tail_comms))
+        edge_comm_bwd = sum(comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))
         roles.append(
             RoleTimes(
                 compute_forward_s=role.layers * layer_fwd + sum(t.forward_s for t in edge),
@@ -110,7 +110,7 @@ def cost_program(program: Program) -> CostedProgram:
             )
         )
 
-    dp_s = sum(_comm_s(c) for c in program.dp_comms)
+    dp_s = sum(comm_s(c) for c in program.dp_comms)
     gathers = [c for c in program.zero3_comms if c.kind == "all_gather"]
     scatters = [c for c in program.zero3_comms if c.kind == "reduce_scatter"]
     optimizer_s = float(roof.memory_s(program.optimizer_params * ADAM_BYTES_PER_PARAM))
@@ -119,8 +119,8 @@ def cost_program(program: Program) -> CostedProgram:
         layer_ops=layer_ops,
         roles=tuple(roles),
         dp_s=dp_s,
-        zero3_gather_s=sum(_comm_s(c) for c in gathers),
-        zero3_scatter_s=sum(_comm_s(c) for c in scatters),
+        zero3_gather_s=sum(comm_s(c) for c in gathers),
+        zero3_scatter_s=sum(comm_s(c) for c in scatters),
         optimizer_s=optimizer_s,
         overlap_slowdown=efficiency.overlap_slowdown,
     )

@@ -78,7 +78,7 @@ class Program:
     optimizer_params: float  # parameters one device updates (after ZeRO sharding), worst role
 
 
-def _shard_op(op: Op, tp: int, cp: int, sp: bool) -> ShardedOp:
+def shard_op(op: Op, tp: int, cp: int, sp: bool) -> ShardedOp:
     split = {"tp": tp, "sp": tp if sp else 1, "none": 1}[op.shard]
     if op.kind == "matmul":
         m, k, n = op.m / cp, op.k, op.n
@@ -101,7 +101,7 @@ def _saved_bytes(saved: tuple[Saved, ...], tp: int, cp: int, sp: bool, drop_scor
     return total
 
 
-def _param_share(op: Op, tp: int) -> float:
+def param_share(op: Op, tp: int) -> float:
     """Parameters of ``op`` on one tp rank (matmuls and the embedding split; norms replicate)."""
     return op.params / tp if op.kind in ("matmul", "lookup") and op.shard == "tp" else op.params
 
@@ -125,7 +125,7 @@ def build_program(scenario: Scenario) -> Program:
     element_bytes = BYTES_PER_ELEMENT[plan.precision]
     graph = lower(model, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention)
 
-    layer = tuple(_shard_op(op, tp, cp, sp) for op in graph.layer.ops)
+    layer = tuple(shard_op(op, tp, cp, sp) for op in graph.layer.ops)
     x_bytes = graph.tokens / cp * model.hidden_size * act_bytes  # one residual-stream tensor
 
     tp_span = axis_span(cluster, plan, "tp")
@@ -158,7 +158,7 @@ def build_program(scenario: Scenario) -> Program:
     w_bytes, g_bytes, o_bytes = state_bytes_per_param(plan.precision, _grad_precision(plan))
     micro_batches = s.num_micro_batches
     layers_per_device = model.num_layers // pp
-    layer_params = sum(_param_share(op, tp) for op in graph.layer.ops)
+    layer_params = sum(param_share(op, tp) for op in graph.layer.ops)
 
     roles = []
     worst_params = 0.0
@@ -167,8 +167,8 @@ def build_program(scenario: Scenario) -> Program:
         has_tail = stage == pp - 1
         head_ops = graph.head.ops if has_head else ()
         tail_ops = graph.tail.ops if has_tail else ()
-        head = tuple(_shard_op(op, tp, cp, sp) for op in head_ops)
-        tail = tuple(_shard_op(op, tp, cp, sp) for op in tail_ops)
+        head = tuple(shard_op(op, tp, cp, sp) for op in head_ops)
+        tail = tuple(shard_op(op, tp, cp, sp) for op in tail_ops)
         head_comms = (Comm("tp", "reduce_scatter" if sp else "all_reduce", x_bytes, 1, tp_span),) if has_head and tp > 1 else ()
         tail_comms = ()
         if has_tail and tp > 1:
@@ -178,7 +178,7 @@ def build_program(scenario: Scenario) -> Program:
             tail_comms = (Comm("tp", "all_reduce", small, 3, tp_span),)
             if sp:
                 tail_comms += (Comm("tp", "all_gather", x_bytes, 1, tp_span),)
-        params = layers_per_device * layer_params + sum(_param_share(op, tp) for op in (*head_ops, *tail_ops))
+        params = layers_per_device * layer_params + sum(param_share(op, tp) for op in (*head_ops, *tail_ops))
         worst_params = max(worst_params, params)
         roles.append(
             Role(
@@ -273,7 +273,7 @@ def _memory(scenario, layer_ops, head_ops, tail_ops, params, stage, micro_batche
 
     # ZeRO-3 / FSDP hold the layer in use and the one prefetched, unsharded (never more than
     # the device's own weights; nothing is gathered without data parallelism)
-    layer_params = sum(_param_share(op, tp) for op in layer_ops)
+    layer_params = sum(param_share(op, tp) for op in layer_ops)
     gathered = min(2.0 * layer_params, params) * w_bytes if zero == 3 and dp > 1 else 0.0
     bucket = min(params, GRAD_BUCKET_PARAMS) * g_bytes if dp > 1 else 0.0
     return MemoryBreakdown(

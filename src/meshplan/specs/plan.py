@@ -56,7 +56,20 @@ class Plan(Spec):
 
 
 class Task(Spec):
-    """What the run is for. Only pretraining is modelled so far."""
+    """What the run is for.
 
-    kind: Literal["pretrain"] = "pretrain"
+    - pretrain: every layer trains.
+    - finetune: the first ``frozen_layers`` decoder layers (and the embedding, if
+      ``freeze_embedding``) keep their weights: no weight gradients or optimizer state for them,
+      and backward stops at the lowest trainable layer.
+    - inference: ``batch_size`` sequences, each a ``prompt_len`` prefill then ``output_len``
+      decoded tokens with a KV cache.
+    """
+
+    kind: Literal["pretrain", "finetune", "inference"] = "pretrain"
     train_tokens: float | None = Field(default=None, gt=0)  # for time and GPU-hours to train
+    frozen_layers: int = Field(default=0, ge=0)
+    freeze_embedding: bool = True
+    batch_size: Count = 1
+    prompt_len: Count = 2048
+    output_len: Count = 256

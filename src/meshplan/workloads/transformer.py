@@ -29,8 +29,15 @@ def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: flo
     )
 
 
-def decoder_layer(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool) -> tuple[Op, ...]:
-    """The ops of one decoder layer: norm, QKV, attention, projection, residual, norm, MLP, residual."""
+def decoder_layer(
+    model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None
+) -> tuple[Op, ...]:
+    """The ops of one decoder layer: norm, QKV, attention, projection, residual, norm, MLP, residual.
+
+    ``seq_len`` tokens per sequence go through the layer; each attends to ``kv_len`` keys
+    (default ``seq_len``; in decoding one new token attends to the whole KV cache).
+    """
+    kv_len = kv_len or seq_len
     t = float(micro_batch * seq_len)  # tokens
     h = float(model.hidden_size)
     a, kv, d = model.num_attention_heads, model.kv_heads, model.dim_per_head
@@ -43,9 +50,9 @@ def decoder_layer(model: TransformerModel, micro_batch: int, seq_len: int, act_b
 
     # attention scores: QK^T and softmax(.)V over all heads; 4·b·s²·a·d flop (Megatron Eq. 3
     # counts the full square, no causal halving)
-    score_flop = 4.0 * micro_batch * seq_len * seq_len * a * d
-    scores = micro_batch * a * float(seq_len) ** 2
-    qkv_bytes = t * (q_width + 2 * kv_width) * act_bytes
+    score_flop = 4.0 * micro_batch * seq_len * kv_len * a * d
+    scores = micro_batch * a * float(seq_len) * kv_len
+    qkv_bytes = (t * q_width + micro_batch * kv_len * 2 * kv_width) * act_bytes
     if flash_attention:
         # FlashAttention (Dao et al. 2022): reads Q, K, V and writes O once; keeps the softmax
         # log-sum-exp (fp32 per row) instead of the s² probabilities
