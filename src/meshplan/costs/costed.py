@@ -89,7 +89,6 @@ def cost_program(program: Program) -> CostedProgram:
     attention = layer_ops["attention"]
     cp_fwd = sum(comm_s(c) for c in program.layer_cp_comms)
     cp_bwd = sum(comm_s(c, backward=True) for c in program.layer_cp_comms)
-    cp_exposed = max(0.0, cp_fwd - attention.forward_s) + max(0.0, cp_bwd - attention.backward_s)
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
 
     roles = []
@@ -97,16 +96,21 @@ def cost_program(program: Program) -> CostedProgram:
         edge = [op_times(op, roof, eb) for op in (*role.head, *role.tail)]
         edge_comm = sum(comm_s(c) for c in (*role.head_comms, *role.tail_comms))
         edge_comm_bwd = sum(comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))
+        # frozen leading layers (finetuning) run forward only: nothing flows back through them
+        trained = role.layers - role.frozen_layers
+        embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
+        edge_bwd = sum(t.backward_s for t in edge[len(role.head):])  # head and loss always
+        edge_bwd += sum(t.backward_s for t in edge[:len(role.head)]) if embedding_trains else 0.0
         roles.append(
             RoleTimes(
                 compute_forward_s=role.layers * layer_fwd + sum(t.forward_s for t in edge),
-                compute_backward_s=role.layers * (layer_bwd + layer_recompute) + sum(t.backward_s for t in edge),
-                recompute_s=role.layers * layer_recompute,
+                compute_backward_s=trained * (layer_bwd + layer_recompute) + edge_bwd,
+                recompute_s=trained * layer_recompute,
                 tp_forward_s=role.layers * tp_fwd + edge_comm,
-                tp_backward_s=role.layers * tp_bwd + edge_comm_bwd,
-                cp_exposed_s=role.layers * cp_exposed,
-                cp_total_s=role.layers * (cp_fwd + cp_bwd),
-                pp_s=pp_s,
+                tp_backward_s=trained * tp_bwd + (edge_comm_bwd if trained else 0.0),
+                cp_exposed_s=role.layers * max(0.0, cp_fwd - attention.forward_s) + trained * max(0.0, cp_bwd - attention.backward_s),
+                cp_total_s=role.layers * cp_fwd + trained * cp_bwd,
+                pp_s=pp_s if trained else pp_s / 2.0,
             )
         )
 

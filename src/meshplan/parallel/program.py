@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.costs.collectives import CollectiveKind, GroupSpan
+from meshplan.errors import MeshplanError
 from meshplan.parallel.memory import MemoryBreakdown, activations_in_flight, state_bytes_per_param
 from meshplan.parallel.mesh import axis_span, pipeline_neighbour_span
 from meshplan.specs.device import BYTES_PER_ELEMENT
@@ -53,11 +54,13 @@ class Role:
     devices: int  # how many devices play this role
     stages: int  # how many pipeline stages play this role
     layers: int  # decoder layers on one device (all virtual chunks)
+    frozen_layers: int  # of those, how many are frozen (finetuning): forward only
     head: tuple[ShardedOp, ...]  # embedding ops on this device
     tail: tuple[ShardedOp, ...]  # final norm, logits, loss on this device
     head_comms: tuple[Comm, ...]  # per micro-batch, forward (backward mirrors it)
     tail_comms: tuple[Comm, ...]
     params: float  # parameters held by one device before ZeRO sharding
+    trainable_params: float  # of those, how many get gradients and optimizer states
     memory: MemoryBreakdown
 
 
@@ -106,15 +109,31 @@ def param_share(op: Op, tp: int) -> float:
     return op.params / tp if op.kind in ("matmul", "lookup") and op.shard == "tp" else op.params
 
 
-def _roles(pp: int, virtual: int) -> list[tuple[str, int, int]]:
-    """(name, representative stage, number of stages) for each distinct stage role."""
-    if pp == 1:
-        return [("only", 0, 1)]
-    roles = [("first", 0, 1)]
-    if pp > 2:
-        roles.append(("middle", 1, pp - 2))
-    roles.append(("last", pp - 1, 1))
-    return roles
+def _roles(pp: int, layers_per_stage: int, frozen_layers: int) -> list[tuple[str, int, int, int]]:
+    """(name, representative stage, number of stages, frozen layers) for each distinct stage role.
+
+    Stages group by (first, last, frozen layers on the stage); frozen layers are the leading
+    ones, so at most one stage is partly frozen. O(pp), never per rank.
+    """
+    def frozen(stage: int) -> int:
+        return min(max(frozen_layers - stage * layers_per_stage, 0), layers_per_stage)
+
+    groups: list[list] = []
+    for stage in range(pp):
+        key = (stage == 0, stage == pp - 1, frozen(stage))
+        if groups and groups[-1][0] == key:
+            groups[-1][2] += 1
+        else:
+            groups.append([key, stage, 1])
+    names = []
+    for (first, last, frozen_count), stage, count in groups:
+        name = "only" if first and last else "first" if first else "last" if last else "middle"
+        if frozen_count == layers_per_stage and not (first or last):
+            name = "frozen middle"
+        elif 0 < frozen_count < layers_per_stage and not (first or last):
+            name = "partly frozen middle"
+        names.append((name, stage, count, frozen_count))
+    return names
 
 
 def build_program(scenario: Scenario) -> Program:
@@ -160,9 +179,18 @@ def build_program(scenario: Scenario) -> Program:
     layers_per_device = model.num_layers // pp
     layer_params = sum(param_share(op, tp) for op in graph.layer.ops)
 
+    task = s.task
+    frozen_total = 0
+    if task.kind == "finetune":
+        if task.frozen_layers > model.num_layers:
+            raise MeshplanError("task.frozen_layers", task.frozen_layers, f"at most num_layers ({model.num_layers})")
+        frozen_total = task.frozen_layers
+    freeze_embedding = task.kind == "finetune" and task.freeze_embedding
+
     roles = []
     worst_params = 0.0
-    for name, stage, stages in _roles(pp, v):
+    worst_trainable = 0.0
+    for name, stage, stages, frozen in _roles(pp, layers_per_device, frozen_total):
         has_head = stage == 0
         has_tail = stage == pp - 1
         head_ops = graph.head.ops if has_head else ()
@@ -178,8 +206,12 @@ def build_program(scenario: Scenario) -> Program:
             tail_comms = (Comm("tp", "all_reduce", small, 3, tp_span),)
             if sp:
                 tail_comms += (Comm("tp", "all_gather", x_bytes, 1, tp_span),)
-        params = layers_per_device * layer_params + sum(param_share(op, tp) for op in (*head_ops, *tail_ops))
+        edge_params = sum(param_share(op, tp) for op in (*head_ops, *tail_ops))
+        params = layers_per_device * layer_params + edge_params
+        head_params = sum(param_share(op, tp) for op in head_ops)
+        trainable = params - frozen * layer_params - (head_params if freeze_embedding else 0.0)
         worst_params = max(worst_params, params)
+        worst_trainable = max(worst_trainable, trainable)
         roles.append(
             Role(
                 name=name,
@@ -187,12 +219,17 @@ def build_program(scenario: Scenario) -> Program:
                 devices=stages * tp * cp * dp,
                 stages=stages,
                 layers=layers_per_device,
+                frozen_layers=frozen,
                 head=head,
                 tail=tail,
                 head_comms=head_comms,
                 tail_comms=tail_comms,
                 params=params,
-                memory=_memory(scenario, graph.layer.ops, head_ops, tail_ops, params, stage, micro_batches, (w_bytes, g_bytes, o_bytes), x_bytes),
+                trainable_params=trainable,
+                memory=_memory(
+                    scenario, graph.layer.ops, head_ops if not freeze_embedding else (), tail_ops, params, trainable,
+                    layers_per_device - frozen, stage, micro_batches, (w_bytes, g_bytes, o_bytes), x_bytes,
+                ),
             )
         )
 
@@ -200,16 +237,17 @@ def build_program(scenario: Scenario) -> Program:
     dp_comms: tuple[Comm, ...] = ()
     zero3: tuple[Comm, ...] = ()
     if dp > 1:
-        grad_total = worst_params * g_bytes
+        grad_total = worst_trainable * g_bytes
         weight_total = worst_params * w_bytes
-        buckets = max(1.0, worst_params / GRAD_BUCKET_PARAMS)
+        updated_total = worst_trainable * w_bytes
+        buckets = max(1.0, worst_trainable / GRAD_BUCKET_PARAMS)
         if plan.zero_stage == 0:
             dp_comms = (Comm("dp", "all_reduce", grad_total / buckets, buckets, dp_span),)
         elif plan.zero_stage in (1, 2):
             # distributed optimizer: reduce-scatter gradients, all-gather updated weights
             dp_comms = (
                 Comm("dp", "reduce_scatter", grad_total / buckets, buckets, dp_span),
-                Comm("dp", "all_gather", weight_total / buckets, buckets, dp_span),
+                Comm("dp", "all_gather", updated_total / buckets, buckets, dp_span),
             )
         else:
             # ZeRO-3 / FSDP: weights gathered before every forward that runs (recompute
@@ -221,7 +259,7 @@ def build_program(scenario: Scenario) -> Program:
                 Comm("dp", "all_gather", weight_total / units, units * gathers, dp_span),
                 Comm("dp", "reduce_scatter", grad_total / units, units, dp_span),
             )
-    optimizer_params = worst_params / (dp if plan.zero_stage >= 1 else 1)
+    optimizer_params = worst_trainable / (dp if plan.zero_stage >= 1 else 1)
 
     return Program(
         scenario=scenario,
@@ -250,7 +288,10 @@ def _grad_precision(plan) -> str:
     return "fp16" if plan.precision == "fp16" else "bf16"
 
 
-def _memory(scenario, layer_ops, head_ops, tail_ops, params, stage, micro_batches, state_bytes, x_bytes) -> MemoryBreakdown:
+def _memory(scenario, layer_ops, head_ops, tail_ops, params, trainable, trained_layers, stage, micro_batches, state_bytes, x_bytes) -> MemoryBreakdown:
+    """Bytes per device of a stage. Only trainable parameters have gradients and optimizer
+    states, and only trained layers keep activations (nothing runs backward through the frozen
+    leading layers). ``head_ops`` are the embedding ops that keep activations (none if frozen)."""
     plan = scenario.plan
     tp, cp, pp, dp, v = plan.tp, plan.cp, plan.pp, plan.dp or 1, plan.virtual_pipeline_stages
     sp = plan.sequence_parallel and tp > 1
@@ -264,22 +305,22 @@ def _memory(scenario, layer_ops, head_ops, tail_ops, params, stage, micro_batche
         per_layer = sum(
             _saved_bytes(op.saved, tp, cp, sp, drop_scores=plan.recompute == "selective") for op in layer_ops
         )
-    layers = scenario.model.num_layers // pp
+    layers = trained_layers
     in_flight = activations_in_flight(plan.schedule, pp, v, micro_batches, stage)
     edge = sum(_saved_bytes(op.saved, tp, cp, sp, drop_scores=False) for op in head_ops) * in_flight
     edge += sum(_saved_bytes(op.saved, tp, cp, sp, drop_scores=False) for op in tail_ops)  # one at a time
-    if plan.recompute == "full":  # the layer being recomputed holds its full activations once
+    if plan.recompute == "full" and trained_layers:  # the layer being recomputed holds its activations once
         edge += sum(_saved_bytes(op.saved, tp, cp, sp, drop_scores=False) for op in layer_ops)
 
     # ZeRO-3 / FSDP hold the layer in use and the one prefetched, unsharded (never more than
     # the device's own weights; nothing is gathered without data parallelism)
     layer_params = sum(param_share(op, tp) for op in layer_ops)
     gathered = min(2.0 * layer_params, params) * w_bytes if zero == 3 and dp > 1 else 0.0
-    bucket = min(params, GRAD_BUCKET_PARAMS) * g_bytes if dp > 1 else 0.0
+    bucket = min(trainable, GRAD_BUCKET_PARAMS) * g_bytes if dp > 1 else 0.0
     return MemoryBreakdown(
         weights_bytes=params * w_bytes / (dp if zero >= 3 else 1),
-        gradients_bytes=params * g_bytes / (dp if zero >= 2 else 1),
-        optimizer_bytes=params * o_bytes / (dp if zero >= 1 else 1),
+        gradients_bytes=trainable * g_bytes / (dp if zero >= 2 else 1),
+        optimizer_bytes=trainable * o_bytes / (dp if zero >= 1 else 1),
         activations_bytes=per_layer * layers * in_flight + edge,
         gathered_weights_bytes=gathered,
         comm_buffers_bytes=2.0 * bucket + (2.0 * x_bytes if tp > 1 else 0.0),

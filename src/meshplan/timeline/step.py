@@ -145,8 +145,13 @@ def _flop_per_step(program) -> tuple[float, float]:
         return sum(op.flop for op in ops if op.kind in ("matmul", "attention"))
 
     layer = dense(graph.layer.ops)
-    forward = dense(graph.head.ops) + layer * s.model.num_layers + dense(graph.tail.ops)
+    head, tail = dense(graph.head.ops), dense(graph.tail.ops)
+    layers = s.model.num_layers
+    trained = layers - (s.task.frozen_layers if s.task.kind == "finetune" else 0)
+    embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
+    forward = head + layer * layers + tail
+    backward = 2.0 * (layer * trained + tail + (head if embedding_trains else 0.0))
     recompute = dense(op for op in graph.layer.ops if op.name in program.recompute_ops)
-    model = 3.0 * forward * micro_batches_total
-    hardware = model + recompute * s.model.num_layers * micro_batches_total
+    model = (forward + backward) * micro_batches_total
+    hardware = model + recompute * trained * micro_batches_total
     return model, hardware
