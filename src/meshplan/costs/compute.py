@@ -4,8 +4,8 @@ COMET (Kumar et al.), Sec. 3.3.1, Eq. (1)-(2): time = flop / min(peak, OI x band
 larger of the compute time and the memory time. Peaks are scaled by the device's efficiency
 curves (meshplan.costs.efficiency) and every kernel pays a fixed launch overhead.
 
-A kernel's size for its efficiency curve is its work in units of peak time, max(flop,
-bytes x ridge) with ridge = peak / bandwidth: a kernel that streams a large KV cache or weight
+A kernel's size for its efficiency curve is max(flop, bytes x ridge), with the ridge point
+(flop per byte) of the device family's profile: a kernel that streams a large KV cache or weight
 matrix for few flop (decoding) is a big kernel, not a small one.
 """
 
@@ -56,8 +56,8 @@ class Roofline:
         return np.maximum(compute, traffic / self.bytes_per_s) + self.efficiency.kernel_overhead_s
 
     def _size(self, flop, traffic_bytes):
-        """Work in flop-equivalents at peak: max(flop, bytes x ridge)."""
-        return np.maximum(flop, traffic_bytes * self.peak_flop_per_s / self.bytes_per_s)
+        """Work in flop-equivalents: max(flop, bytes x the profile's ridge point)."""
+        return np.maximum(flop, traffic_bytes * self.efficiency.size_flop_per_byte)
 
     def attention_s(self, flop, traffic_bytes):
         compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.attention, self._size(flop, traffic_bytes)))

@@ -33,6 +33,7 @@ class RoleTimes:
     recompute_s: float
     tp_forward_s: float
     tp_backward_s: float  # includes the re-run forward collectives of full recompute
+    ep_s: float  # both passes: expert dispatch and combine, blocking
     cp_exposed_s: float  # both passes
     cp_total_s: float  # both passes, hidden or not
     pp_s: float  # both passes
@@ -41,7 +42,7 @@ class RoleTimes:
 @dataclass(frozen=True)
 class CostedProgram:
     program: Program
-    layer_ops: dict[str, OpTimes]
+    kinds: dict[str, KindTimes]
     roles: tuple[RoleTimes, ...]
     dp_s: float  # per step
     zero3_gather_s: float  # per micro-batch, all gathers
@@ -70,46 +71,81 @@ def comm_s(comm: Comm, backward: bool = False) -> float:
     return comm.count * collective_s(kind, comm.bytes, comm.span)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class KindTimes:
+    """One layer of a kind, one micro-batch, one device."""
+
+    ops: dict[str, OpTimes]
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    tp_forward_s: float
+    tp_backward_s: float  # includes the re-run forward collectives of full recompute
+    ep_forward_s: float  # token dispatch and combine: blocking (MAD Max Sec. 4.2)
+    ep_backward_s: float
+    cp_forward_s: float
+    cp_backward_s: float
+    cp_exposed_forward_s: float  # ring attention hides the K/V exchange behind local attention
+    cp_exposed_backward_s: float
+
+
+def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool) -> KindTimes:
+    ops = {op.op.name: op_times(op, roof, element_bytes) for op in kind.ops}
+    tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
+    ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
+    cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
+    cp_bwd = sum(comm_s(c, backward=True) for c in kind.cp_comms)
+    attention = ops["attention"]
+    return KindTimes(
+        ops=ops,
+        forward_s=sum(t.forward_s for t in ops.values()),
+        backward_s=sum(t.backward_s for t in ops.values()),
+        recompute_s=sum(ops[name].forward_s for name in kind.recompute_ops),
+        tp_forward_s=tp_fwd,
+        tp_backward_s=sum(comm_s(c, backward=True) for c in kind.tp_comms) + (tp_fwd if full_recompute else 0.0),
+        ep_forward_s=ep_fwd,
+        ep_backward_s=sum(comm_s(c, backward=True) for c in kind.ep_comms) + (ep_fwd if full_recompute else 0.0),
+        cp_forward_s=cp_fwd,
+        cp_backward_s=cp_bwd,
+        cp_exposed_forward_s=max(0.0, cp_fwd - attention.forward_s),
+        cp_exposed_backward_s=max(0.0, cp_bwd - attention.backward_s),
+    )
+
+
 def cost_program(program: Program) -> CostedProgram:
     s = program.scenario
     device = s.cluster.device
     efficiency = catalog.efficiency(device.efficiency)
     roof = Roofline.of(device, efficiency, s.plan.precision)
     eb = program.element_bytes
-
-    layer_ops = {op.op.name: op_times(op, roof, eb) for op in program.layer}
-    layer_fwd = sum(t.forward_s for t in layer_ops.values())
-    layer_bwd = sum(t.backward_s for t in layer_ops.values())
-    layer_recompute = sum(layer_ops[name].forward_s for name in program.recompute_ops)
-    tp_fwd = sum(comm_s(c) for c in program.layer_tp_comms)
-    tp_bwd = sum(comm_s(c, backward=True) for c in program.layer_tp_comms)
-    if s.plan.recompute == "full":
-        tp_bwd += tp_fwd
-    # ring attention overlaps the K/V exchange with the attention of the local block
-    attention = layer_ops["attention"]
-    cp_fwd = sum(comm_s(c) for c in program.layer_cp_comms)
-    cp_bwd = sum(comm_s(c, backward=True) for c in program.layer_cp_comms)
+    full = s.plan.recompute == "full"
+    kinds = {name: _kind_times(kind, roof, eb, full) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
+    embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
 
     roles = []
     for role in program.roles:
         edge = [op_times(op, roof, eb) for op in (*role.head, *role.tail)]
         edge_comm = sum(comm_s(c) for c in (*role.head_comms, *role.tail_comms))
         edge_comm_bwd = sum(comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))
-        # frozen leading layers (finetuning) run forward only: nothing flows back through them
-        trained = role.layers - role.frozen_layers
-        embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
         edge_bwd = sum(t.backward_s for t in edge[len(role.head):])  # head and loss always
         edge_bwd += sum(t.backward_s for t in edge[:len(role.head)]) if embedding_trains else 0.0
+        # frozen leading layers (finetuning) run forward only: nothing flows back through them
+        trained = role.layers - role.frozen_layers
+
+        def total(field: str, counted: str) -> float:
+            return sum(getattr(kinds[k], field) * (n if counted == "all" else n - f) for k, n, f in role.layer_counts)
+
         roles.append(
             RoleTimes(
-                compute_forward_s=role.layers * layer_fwd + sum(t.forward_s for t in edge),
-                compute_backward_s=trained * (layer_bwd + layer_recompute) + edge_bwd,
-                recompute_s=trained * layer_recompute,
-                tp_forward_s=role.layers * tp_fwd + edge_comm,
-                tp_backward_s=trained * tp_bwd + (edge_comm_bwd if trained else 0.0),
-                cp_exposed_s=role.layers * max(0.0, cp_fwd - attention.forward_s) + trained * max(0.0, cp_bwd - attention.backward_s),
-                cp_total_s=role.layers * cp_fwd + trained * cp_bwd,
+                compute_forward_s=total("forward_s", "all") + sum(t.forward_s for t in edge),
+                compute_backward_s=total("backward_s", "trained") + total("recompute_s", "trained") + edge_bwd,
+                recompute_s=total("recompute_s", "trained"),
+                tp_forward_s=total("tp_forward_s", "all") + edge_comm,
+                tp_backward_s=total("tp_backward_s", "trained") + (edge_comm_bwd if trained else 0.0),
+                ep_s=total("ep_forward_s", "all") + total("ep_backward_s", "trained"),
+                cp_exposed_s=total("cp_exposed_forward_s", "all") + total("cp_exposed_backward_s", "trained"),
+                cp_total_s=total("cp_forward_s", "all") + total("cp_backward_s", "trained"),
                 pp_s=pp_s if trained else pp_s / 2.0,
             )
         )
@@ -120,7 +156,7 @@ def cost_program(program: Program) -> CostedProgram:
     optimizer_s = float(roof.memory_s(program.optimizer_params * ADAM_BYTES_PER_PARAM))
     return CostedProgram(
         program=program,
-        layer_ops=layer_ops,
+        kinds=kinds,
         roles=tuple(roles),
         dp_s=dp_s,
         zero3_gather_s=sum(comm_s(c) for c in gathers),

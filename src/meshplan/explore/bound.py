@@ -39,8 +39,9 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
         p = s.plan
         key = (s.seq_len, p.flash_attention)
         if key not in per_sequence:
-            ops = lower(model, 1, s.seq_len, 2.0, p.flash_attention).layer.ops
-            per_sequence[key] = (_dense_flop(ops), _dense_flop(ops, {"attention"}))
+            # the cheapest layer kind bounds every layer of a stage (MoE models have two)
+            blocks = lower(model, 1, s.seq_len, 2.0, p.flash_attention).blocks
+            per_sequence[key] = min((_dense_flop(b.ops), _dense_flop(b.ops, {"attention"})) for b in blocks)
         forward, attention = per_sequence[key]
         if p.recompute == "full":
             recompute = forward

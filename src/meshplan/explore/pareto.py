@@ -19,7 +19,7 @@ from meshplan.parallel.program import build_program
 from meshplan.timeline.step import step_estimate
 
 #: the parts of a step time that the breakdown columns of a row hold
-COMPONENTS = ("compute_s", "bubble_s", "optimizer_s", "exposed_tp_s", "exposed_cp_s", "exposed_pp_s", "exposed_dp_s")
+COMPONENTS = ("compute_s", "bubble_s", "optimizer_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s", "exposed_pp_s", "exposed_dp_s")
 
 
 def memory_front(model, cluster, num_devices, base, space: SearchSpace | None = None, task=None) -> list[dict]:

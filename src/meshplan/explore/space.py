@@ -25,6 +25,7 @@ class SearchSpace(Spec):
     tp: list[Count] = [1, 2, 4, 8]
     pp: list[Count] = [1, 2, 4, 8, 16, 32, 64]
     cp: list[Count] = [1]
+    ep: list[Count] = [1]
     micro_batch_size: list[Count] = [1, 2, 4, 8]
     virtual_pipeline_stages: list[Count] = [1, 2, 3, 4]
     schedule: list[Schedule] = ["1f1b"]
@@ -75,6 +76,8 @@ def expand(
             rejected["num_devices % (tp*cp*pp)"] += 1
             continue
         dp = num_devices // mp
+        if model.moe is None:
+            point["ep"] = 1
         if point["tp"] == 1:
             point["sequence_parallel"] = False
         if dp == 1:

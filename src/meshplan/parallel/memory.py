@@ -47,16 +47,25 @@ class MemoryBreakdown:
         return out
 
 
-def state_bytes_per_param(precision: str, grad_precision: str) -> tuple[float, float, float]:
-    """(weight, gradient, optimizer) bytes per parameter for Adam.
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of its weight, gradient and optimizer state."""
+
+    weight: float
+    gradient: float
+    optimizer: float
+
+
+def state_bytes_per_param(precision: str, grad_precision: str) -> StateBytes:
+    """Weight, gradient and optimizer bytes per parameter for Adam.
 
     fp32 training keeps fp32 weights and two fp32 moments (8 bytes); mixed precision keeps 16-bit
     weights plus an fp32 master copy and two moments (12 bytes). fp8/fp4 training keeps 16-bit
     weights (the low-precision copies are transient).
     """
     if precision == "fp32":
-        return 4.0, 4.0, 8.0
-    return 2.0, BYTES_PER_ELEMENT[grad_precision], 12.0
+        return StateBytes(4.0, 4.0, 8.0)
+    return StateBytes(2.0, BYTES_PER_ELEMENT[grad_precision], 12.0)
 
 
 def activations_in_flight(schedule: str, pp: int, virtual: int, micro_batches: int, stage: int) -> float:
@@ -67,3 +76,55 @@ def activations_in_flight(schedule: str, pp: int, virtual: int, micro_batches: i
     if virtual > 1:
         return min(float(micro_batches), in_flight * (1.0 + (pp - 1) / (pp * virtual)))
     return float(in_flight)
+
+
+def stage_memory(
+    *,
+    plan,
+    capacity_bytes: float,
+    state: StateBytes,
+    params: float,
+    trainable: float,
+    expert_params: float,
+    expert_trainable: float,
+    layer_activations: list[tuple[float, int]],
+    recompute_buffer: float,
+    head_activations: float,
+    tail_activations: float,
+    gathered_layer_params: float,
+    stage: int,
+    micro_batches: int,
+    x_bytes: float,
+    bucket_params: float,
+) -> MemoryBreakdown:
+    """Bytes per device of one pipeline stage.
+
+    Only trainable parameters have gradients and optimizer states, and only trained layers keep
+    activations (nothing runs backward through frozen leading layers). ZeRO shards dense
+    weights over dp and routed-expert weights over dp / ep. ``layer_activations`` is
+    [(bytes one layer keeps per micro-batch, trained layers of that kind)].
+    """
+    tp, pp, dp, v, ep, zero = plan.tp, plan.pp, plan.dp or 1, plan.virtual_pipeline_stages, plan.ep, plan.zero_stage
+    edp = dp // ep
+
+    def sharded(total: float, expert: float, stage_min: int) -> float:
+        if zero < stage_min:
+            return total
+        return (total - expert) / dp + expert / edp
+
+    in_flight = activations_in_flight(plan.schedule, pp, v, micro_batches, stage)
+    activations = sum(per_layer * layers for per_layer, layers in layer_activations) * in_flight
+    activations += head_activations * in_flight + tail_activations + recompute_buffer
+    # ZeRO-3 / FSDP hold the layer in use and the one prefetched, unsharded (never more than the
+    # device's own weights; nothing is gathered without data parallelism)
+    gathered = min(2.0 * gathered_layer_params, params) * state.weight if zero == 3 and dp > 1 else 0.0
+    bucket = min(trainable, bucket_params) * state.gradient if dp > 1 else 0.0
+    return MemoryBreakdown(
+        weights_bytes=sharded(params, expert_params, 3) * state.weight,
+        gradients_bytes=sharded(trainable, expert_trainable, 2) * state.gradient,
+        optimizer_bytes=sharded(trainable, expert_trainable, 1) * state.optimizer,
+        activations_bytes=activations,
+        gathered_weights_bytes=gathered,
+        comm_buffers_bytes=2.0 * bucket + (2.0 * x_bytes if tp > 1 else 0.0),
+        capacity_bytes=capacity_bytes,
+    )

@@ -49,6 +49,9 @@ class Efficiency(Spec):
     # take SMs and HBM bandwidth: Rashidi et al. 2021, "Enabling Compute-Communication Overlap in
     # Distributed Deep Learning Training Platforms", ISCA, Sec. 3)
     overlap_slowdown: float = Field(default=0.0, ge=0.0, le=1.0)
+    # flop-equivalents per byte when sizing a kernel for its curve: the family's ridge point,
+    # fixed here so that a faster memory or compute never shrinks a kernel's size
+    size_flop_per_byte: float = Field(default=0.0, ge=0.0)
     source: str
 
 

@@ -14,10 +14,53 @@ FfnType = Literal["gelu", "relu", "squared_relu", "swiglu", "geglu"]
 FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3, "geglu": 3}
 
 
-class TransformerModel(Spec):
-    """A dense decoder-only transformer (GPT, Llama, Mistral, Qwen style)."""
+class MoE(Spec):
+    """Mixture-of-experts FFN (Shazeer et al. 2017; Switch, Fedus et al. 2021; DeepSeekMoE).
 
-    arch: Literal["dense"] = "dense"
+    Every layer after ``first_dense_layers`` replaces its FFN with ``num_experts`` routed
+    experts of ``expert_ffn_hidden_size``, of which each token uses ``top_k``, plus
+    ``shared_experts`` that every token uses. ``capacity_factor`` caps the tokens an expert
+    takes at that multiple of the mean (None: no cap, no drops); ``load_imbalance`` is how far
+    the busiest device's share exceeds the mean (1.0: perfectly balanced routing).
+    """
+
+    num_experts: Count
+    top_k: Count
+    expert_ffn_hidden_size: Count
+    shared_experts: int = Field(default=0, ge=0)
+    first_dense_layers: int = Field(default=0, ge=0)
+    capacity_factor: float | None = Field(default=None, gt=0)
+    load_imbalance: float = Field(default=1.0, ge=1.0)
+
+    @model_validator(mode="after")
+    def _top_k(self) -> "MoE":
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
+        return self
+
+    @property
+    def routed_factor(self) -> float:
+        """Tokens the busiest expert group processes, relative to a perfectly even split."""
+        if self.capacity_factor is None:
+            return self.load_imbalance
+        return min(self.load_imbalance, self.capacity_factor)
+
+
+class MLA(Spec):
+    """Multi-head latent attention (DeepSeek-V2, Liu et al. 2024, Sec. 2.1): queries and keys/values
+    go through low-rank latents; the KV cache keeps only the kv latent and the decoupled RoPE key."""
+
+    q_lora_rank: int = Field(default=0, ge=0)  # 0: queries projected directly from the hidden state
+    kv_lora_rank: Count
+    qk_nope_head_dim: Count
+    qk_rope_head_dim: Count
+    v_head_dim: Count
+
+
+class TransformerModel(Spec):
+    """A decoder-only transformer (GPT, Llama, Mistral, Qwen style), dense or mixture-of-experts."""
+
+    arch: Literal["dense", "moe"] = "dense"
     id: str = "custom"
     name: str = ""
     num_layers: Count
@@ -31,10 +74,16 @@ class TransformerModel(Spec):
     tied_embeddings: bool = False
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     seq_len: Count = 2048  # default training sequence length
+    moe: MoE | None = None
+    mla: MLA | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _shapes(self) -> "TransformerModel":
+        if (self.arch == "moe") != (self.moe is not None):
+            raise ValueError("arch 'moe' and a moe: block go together")
+        if self.moe and self.moe.first_dense_layers > self.num_layers:
+            raise ValueError(f"moe.first_dense_layers {self.moe.first_dense_layers} exceeds num_layers {self.num_layers}")
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
@@ -62,15 +111,38 @@ class TransformerModel(Spec):
     # parameter counts (weights only; biases and norms are counted, they are small but real)
     @property
     def attention_params(self) -> int:
-        h, d = self.hidden_size, self.dim_per_head
-        q = self.num_attention_heads * d
+        h, a = self.hidden_size, self.num_attention_heads
+        if self.mla:
+            m = self.mla
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * a * qk) if m.q_lora_rank else h * a * qk
+            kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank + m.kv_lora_rank * a * (m.qk_nope_head_dim + m.v_head_dim)
+            return q + kv + a * m.v_head_dim * h
+        d = self.dim_per_head
+        q = a * d
         kv = 2 * self.kv_heads * d
         return h * (q + kv) + q * h + (q + kv) + h
 
+    def ffn_params(self, ffn_hidden_size: int) -> int:
+        h, f = self.hidden_size, ffn_hidden_size
+        return self.ffn_matrices * h * f + (self.ffn_matrices - 1) * f + h
+
     @property
     def mlp_params(self) -> int:
-        h, f = self.hidden_size, self.ffn_hidden_size
-        return self.ffn_matrices * h * f + (self.ffn_matrices - 1) * f + h
+        """The dense FFN (of every layer of a dense model, of the leading layers of an MoE)."""
+        return self.ffn_params(self.ffn_hidden_size)
+
+    @property
+    def expert_params(self) -> int:
+        return self.ffn_params(self.moe.expert_ffn_hidden_size) if self.moe else 0
+
+    @property
+    def moe_mlp_params(self) -> int:
+        """Router, routed experts and shared experts of one MoE layer."""
+        m = self.moe
+        if not m:
+            return 0
+        return self.hidden_size * m.num_experts + (m.num_experts + m.shared_experts) * self.expert_params
 
     @property
     def norm_params_per_layer(self) -> int:
@@ -78,7 +150,12 @@ class TransformerModel(Spec):
 
     @property
     def params_per_layer(self) -> int:
+        """Parameters of a dense layer."""
         return self.attention_params + self.mlp_params + self.norm_params_per_layer
+
+    @property
+    def dense_layers(self) -> int:
+        return self.moe.first_dense_layers if self.moe else self.num_layers
 
     @property
     def embedding_params(self) -> int:
@@ -89,4 +166,15 @@ class TransformerModel(Spec):
         """Total weights: layers, input embedding, output projection unless tied, final norm."""
         head = 0 if self.tied_embeddings else self.embedding_params
         final_norm = (2 if self.norm == "layernorm" else 1) * self.hidden_size
-        return self.num_layers * self.params_per_layer + self.embedding_params + head + final_norm
+        moe_layer = self.attention_params + self.moe_mlp_params + self.norm_params_per_layer
+        layers = self.dense_layers * self.params_per_layer + (self.num_layers - self.dense_layers) * moe_layer
+        return layers + self.embedding_params + head + final_norm
+
+    @property
+    def active_params(self) -> int:
+        """Weights a token uses: only top_k routed experts of each MoE layer."""
+        if not self.moe:
+            return self.num_params
+        m = self.moe
+        unused = (m.num_experts - m.top_k) * self.expert_params * (self.num_layers - self.dense_layers)
+        return self.num_params - unused

@@ -22,7 +22,7 @@ from meshplan.parallel.program import param_share, shard_op
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.specs.scenario import Scenario
 from meshplan.units import format_bytes, format_seconds
-from meshplan.workloads.transformer import decoder_layer, lower
+from meshplan.workloads.transformer import layer_blocks, lower
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,9 @@ class PhaseTime:
     compute_s: float
     tp_comm_s: float
     pp_comm_s: float
-    flop: float  # per device, the busiest stage
-    hbm_bytes: float  # bytes the busiest stage must move through HBM at least (weights, KV cache)
-    roofline_s: float  # max(flop / peak, bytes / peak bandwidth) summed over stages: a lower bound
+    flop: float  # per device, all decoder layers of the pass
+    hbm_bytes: float  # bytes the layers must move through HBM at least (weights, KV cache)
+    roofline_s: float  # max(flop / peak, bytes / peak bandwidth) summed over layers: a lower bound
 
     @property
     def memory_bound(self) -> bool:
@@ -100,36 +100,44 @@ def _phase(scenario: Scenario, roof: Roofline, batch: int, seq: int, kv_len: int
     tp, pp = plan.tp, plan.pp
     act = 4.0 if plan.precision == "fp32" else 2.0
     element = BYTES_PER_ELEMENT[plan.precision]
-    layer = [shard_op(op, tp, 1, False) for op in decoder_layer(model, batch, seq, act, plan.flash_attention, kv_len)]
+    blocks = layer_blocks(model, batch, seq, act, plan.flash_attention, kv_len)
     last_token = lower(model, batch, 1, act, plan.flash_attention)  # logits only for the last position
     head = [shard_op(op, tp, 1, False) for op in lower(model, batch, seq, act, plan.flash_attention).head.ops]
     tail = [shard_op(op, tp, 1, False) for op in last_token.tail.ops]
-    layers = model.num_layers // pp
+    peak_bw, peak = cluster.device.hbm_bytes_per_s, roof.peak_flop_per_s
 
-    layer_s = sum(op_times(op, roof, element).forward_s for op in layer)
-    edge_s = sum(op_times(op, roof, element).forward_s for op in (*head, *tail))
     x_bytes = batch * seq * model.hidden_size * act
     tp_span = axis_span(cluster, plan, "tp")
     tp_layer = 2.0 * collective_s("all_reduce", x_bytes, tp_span) if tp > 1 else 0.0
-    tp_edge = collective_s("all_reduce", x_bytes, tp_span) + collective_s("all_gather", batch * model.vocab_size * act, tp_span) if tp > 1 else 0.0
+    compute = sum(op_times(op, roof, element).forward_s for op in (*head, *tail))
+    tp_comm = collective_s("all_reduce", x_bytes, tp_span) + collective_s("all_gather", batch * model.vocab_size * act, tp_span) if tp > 1 else 0.0
+    flop = hbm = roofline = 0.0
+    for block in blocks:
+        ops = [shard_op(op, tp, 1, False) for op in block.ops]
+        compute += block.count * sum(op_times(op, roof, element).forward_s for op in ops)
+        tp_comm += block.count * tp_layer
+        layer_flop = sum(op.flop for op in ops)
+        # weights read once per pass; of the routed experts only those some token picked:
+        # E·(1 - (1 - k/E)^tokens) of them in expectation under uniform routing
+        touched = 1.0
+        if model.moe and any(op.expert for op in block.ops):
+            e, k = model.moe.num_experts, model.moe.top_k
+            touched = 1.0 - (1.0 - k / e) ** (batch * seq)
+        layer_weights = sum(param_share(op, tp) * (touched if op.expert else 1.0) for op in block.ops) * weight_bytes
+        layer_bytes = layer_weights + batch * kv_len * kv_bytes_per_token_layer
+        flop += block.count * layer_flop
+        hbm += block.count * layer_bytes
+        roofline += block.count * max(layer_flop / peak, layer_bytes / peak_bw)
     pp_s = (pp - 1) * collective_s("send_recv", x_bytes / tp, pipeline_neighbour_span(cluster, plan)) if pp > 1 else 0.0
-
-    compute = pp * layers * layer_s + edge_s
-    tp_comm = pp * layers * tp_layer + tp_edge
-    flop = layers * sum(op.flop for op in layer)
-    layer_params = sum(param_share(op, tp) for op in decoder_layer(model, 1, 1, act, True))
-    stage_bytes = layers * (layer_params * weight_bytes + batch * kv_len * kv_bytes_per_token_layer)
-    peak_bw, peak = scenario.cluster.device.hbm_bytes_per_s, roof.peak_flop_per_s
-    roofline = pp * max(flop / peak, stage_bytes / peak_bw)
     return PhaseTime(
         time_s=compute + tp_comm + pp_s,
         compute_s=compute,
         tp_comm_s=tp_comm,
         pp_comm_s=pp_s,
         flop=flop,
-        hbm_bytes=stage_bytes,
+        hbm_bytes=hbm,
         roofline_s=roofline,
-        arithmetic_intensity=flop / stage_bytes,
+        arithmetic_intensity=flop / hbm,
         ridge=peak / peak_bw,
     )
 
@@ -147,8 +155,11 @@ def inference_estimate(scenario: Scenario) -> InferenceEstimate:
     tp, pp = plan.tp, plan.pp
     weight_bytes = BYTES_PER_ELEMENT[plan.precision]
     kv_element = 4.0 if plan.precision == "fp32" else 2.0
-    kv_heads_per_device = model.kv_heads / tp if model.kv_heads % tp == 0 else 1.0  # replicated below one head
-    kv_per_token_layer = 2.0 * kv_heads_per_device * model.dim_per_head * kv_element  # K and V
+    if model.mla:  # the compressed latent and the RoPE key, the same on every tp rank (DeepSeek-V2)
+        kv_per_token_layer = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_element
+    else:
+        kv_heads_per_device = model.kv_heads / tp if model.kv_heads % tp == 0 else 1.0  # replicated below one head
+        kv_per_token_layer = 2.0 * kv_heads_per_device * model.dim_per_head * kv_element  # K and V
 
     prefill = _phase(scenario, roof, batch, task.prompt_len, task.prompt_len, weight_bytes, kv_per_token_layer)
     mean_context = task.prompt_len + task.output_len / 2.0
@@ -157,7 +168,10 @@ def inference_estimate(scenario: Scenario) -> InferenceEstimate:
     act = 4.0 if plan.precision == "fp32" else 2.0
     layers = model.num_layers // pp
     graph = lower(model, batch, task.prompt_len, act, plan.flash_attention)
-    params = layers * sum(param_share(op, tp) for op in graph.layer.ops) + sum(param_share(op, tp) for op in (*graph.head.ops, *graph.tail.ops))
+    if plan.ep != 1:
+        raise MeshplanError("plan.ep", plan.ep, "expert parallelism is modelled for training only; use ep=1 (experts split by tp) for inference")
+    params = sum(param_share(op, tp) for op in (*graph.head.ops, *graph.tail.ops))
+    params += sum(b.count * sum(param_share(op, tp) for op in b.ops) for b in graph.blocks) / pp
     # prefill frees each layer's tensors as it goes: the residual stream in and out, plus the MLP's
     # widest intermediates (up/gate projection and activation output) on this tp shard
     up_width = (model.ffn_matrices - 1) * model.ffn_hidden_size

@@ -25,8 +25,8 @@ def overlap_s(compute: float, comm: float, pieces: int, slowdown: float) -> floa
 def _micro_batch_s(t: RoleTimes, costed: CostedProgram, layers: int) -> tuple[float, float, float, float]:
     """(forward, backward, zero3 exposed forward, zero3 exposed backward) for one micro-batch."""
     plan = costed.program.scenario.plan
-    forward = t.compute_forward_s + t.tp_forward_s
-    backward = t.compute_backward_s + t.tp_backward_s
+    forward = t.compute_forward_s + t.tp_forward_s + t.ep_s / 2.0
+    backward = t.compute_backward_s + t.tp_backward_s + t.ep_s / 2.0
     cp_half = t.cp_exposed_s / 2.0
     forward += cp_half + t.pp_s / 2.0
     backward += cp_half + t.pp_s / 2.0
@@ -76,6 +76,7 @@ def step_estimate(costed: CostedProgram) -> Estimate:
     exposed = {
         "tp": m * (times.tp_forward_s + times.tp_backward_s),
         "cp": m * times.cp_exposed_s,
+        "ep": m * times.ep_s,
         "pp": m * times.pp_s,
         "dp": step_s - pipe_s - costed.optimizer_s + m * z3,
     }
@@ -90,6 +91,7 @@ def step_estimate(costed: CostedProgram) -> Estimate:
     comm_total = {
         "tp": exposed["tp"],
         "cp": m * times.cp_total_s,
+        "ep": exposed["ep"],
         "pp": exposed["pp"],
         "dp": costed.dp_s + m * (costed.zero3_gather_s + costed.zero3_scatter_s),
     }
@@ -141,17 +143,26 @@ def _flop_per_step(program) -> tuple[float, float]:
     graph = program.graph
     micro_batches_total = s.global_batch_size / s.plan.micro_batch_size
 
-    def dense(ops):
-        return sum(op.flop for op in ops if op.kind in ("matmul", "attention"))
+    moe = s.model.moe
 
-    layer = dense(graph.layer.ops)
-    head, tail = dense(graph.head.ops), dense(graph.tail.ops)
-    layers = s.model.num_layers
-    trained = layers - (s.task.frozen_layers if s.task.kind == "finetune" else 0)
+    def dense(ops):
+        # routed experts counted at the balanced load: imbalance costs time, not model flop
+        return sum(op.flop / (moe.routed_factor if op.expert else 1.0) for op in ops if op.kind in ("matmul", "attention"))
+
+    frozen = s.task.frozen_layers if s.task.kind == "finetune" else 0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
-    forward = head + layer * layers + tail
-    backward = 2.0 * (layer * trained + tail + (head if embedding_trains else 0.0))
-    recompute = dense(op for op in graph.layer.ops if op.name in program.recompute_ops)
+    head, tail = dense(graph.head.ops), dense(graph.tail.ops)
+    forward = head + tail
+    backward = 2.0 * (tail + (head if embedding_trains else 0.0))
+    recompute = 0.0
+    first = 0
+    for block in graph.blocks:
+        trained = block.count - min(max(frozen - first, 0), block.count)
+        per_layer = dense(block.ops)
+        forward += per_layer * block.count
+        backward += 2.0 * per_layer * trained
+        recompute += dense(op for op in block.ops if op.name in program.kinds[block.name].recompute_ops) * trained
+        first += block.count
     model = (forward + backward) * micro_batches_total
-    hardware = model + recompute * trained * micro_batches_total
+    hardware = model + recompute * micro_batches_total
     return model, hardware

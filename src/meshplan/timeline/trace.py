@@ -10,7 +10,7 @@ from meshplan.costs.costed import CostedProgram
 from meshplan.timeline.estimate import Estimate
 from meshplan.timeline.pipeline_schedule import simulate_1f1b
 
-STREAMS = ("compute", "tp", "cp", "pp", "dp")
+STREAMS = ("compute", "tp", "cp", "pp", "dp", "ep")
 
 
 def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:

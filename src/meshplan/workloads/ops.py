@@ -50,6 +50,7 @@ class Op:
     n: float = 0.0
     shard_dim: Literal["m", "k", "n", ""] = ""  # which matmul dim tp splits
     params: float = 0.0
+    expert: bool = False  # routed-expert weights: split over expert parallelism
     saved: tuple[Saved, ...] = ()
 
 
@@ -74,20 +75,30 @@ class Block:
 class Graph:
     """A lowered model for one micro-batch: blocks kept as (block, count), never unrolled.
 
-    ``head`` runs once before the blocks (embedding), ``tail`` once after (final norm, logits, loss).
+    ``head`` runs once before the layers (embedding), ``tail`` once after (final norm, logits,
+    loss). ``blocks`` are the decoder layer kinds in order (a dense model has one; an MoE model
+    its leading dense layers, then its MoE layers).
     """
 
     head: Block
-    layer: Block
+    blocks: tuple[Block, ...]
     tail: Block
     tokens: int  # tokens in one micro-batch
     seq_len: int
     activation_bytes: float  # bytes per activation element (2 for bf16/fp16)
 
     @property
+    def layer(self) -> Block:
+        """The one layer kind of a model that has a single kind."""
+        kinds = [b for b in self.blocks if b.count]
+        if len(kinds) != 1:
+            raise ValueError(f"this graph has {len(kinds)} layer kinds; use .blocks")
+        return kinds[0]
+
+    @property
     def params(self) -> float:
-        return self.head.params + self.layer.params * self.layer.count + self.tail.params
+        return self.head.params + sum(b.params * b.count for b in self.blocks) + self.tail.params
 
     @property
     def forward_flop(self) -> float:
-        return self.head.flop + self.layer.flop * self.layer.count + self.tail.flop
+        return self.head.flop + sum(b.flop * b.count for b in self.blocks) + self.tail.flop

@@ -1,9 +1,11 @@
-"""Lower a dense decoder-only transformer to ops for one micro-batch.
+"""Lower a decoder-only transformer (dense or mixture-of-experts) to ops for one micro-batch.
 
 Shapes follow Megatron-LM (Shoeybi et al. 2019; Narayanan et al. SC21) and COMET Table 2. Saved
 tensors follow Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
 Models", Section 4.1: per layer 34·s·b·h + 5·a·s²·b bytes for GPT shapes in 16-bit precision, of
 which 10·s·b·h are outside the tensor-parallel region (norms, dropout masks, block inputs).
+MoE layers follow Megatron-Core's MoE (router, token dispatch, grouped expert GEMMs, combine);
+multi-head latent attention follows DeepSeek-V2 (Liu et al. 2024), Sec. 2.1.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from meshplan.workloads.ops import Block, Graph, Op, Saved
 MASK_BYTES = 1.0  # dropout masks are stored as bytes (Korthikanti et al. 2022, Sec. 4.1)
 
 
-def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: float, saved: tuple[Saved, ...]) -> Op:
+def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: float, saved: tuple[Saved, ...], expert: bool = False) -> Op:
     return Op(
         name=name,
         kind="matmul",
@@ -26,83 +28,159 @@ def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: flo
         shard_dim=shard_dim,  # type: ignore[arg-type]
         params=params,
         saved=saved,
+        expert=expert,
     )
 
 
+def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_read_width, act_bytes, flash_attention) -> Op:
+    """Scores and context of all heads: 2·b·s·kv·a·(d_qk + d_v) flop (4·b·s²·a·d for plain MHA;
+    Megatron Eq. 3 counts the full square, no causal halving)."""
+    t = float(micro_batch * seq_len)
+    a = model.num_attention_heads
+    flop = 2.0 * micro_batch * seq_len * kv_len * (qk_width + v_width)
+    scores = micro_batch * a * float(seq_len) * kv_len
+    q_bytes, o_bytes = t * qk_width * act_bytes, t * v_width * act_bytes
+    kv_bytes = micro_batch * kv_len * kv_read_width * act_bytes
+    if flash_attention:
+        # FlashAttention (Dao et al. 2022): reads Q, K, V and writes O once; keeps the softmax
+        # log-sum-exp (fp32 per row) instead of the s² probabilities
+        traffic = q_bytes + kv_bytes + o_bytes
+        extra = (Saved("softmax_lse", t * a * 4.0, "tp"),)
+    else:
+        # unfused: scores written, softmax read+written, dropout read+written with its mask,
+        # probabilities read by the context matmul (about 6 passes over a·s²·b 16-bit values)
+        traffic = q_bytes + kv_bytes + o_bytes + 6.0 * scores * act_bytes
+        extra = (
+            Saved("softmax_out", scores * act_bytes, "tp", attention_scores=True),
+            Saved("dropout_mask", scores * MASK_BYTES, "tp", attention_scores=True),
+            Saved("dropout_out", scores * act_bytes, "tp", attention_scores=True),
+        )
+    return Op("attention", "attention", "tp", flop=flop, bytes=traffic, saved=extra)
+
+
+def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int) -> tuple[Op, ...]:
+    """Norm, projections and attention core; MHA/GQA/MQA or multi-head latent attention."""
+    t = float(micro_batch * seq_len)
+    h = float(model.hidden_size)
+    a = model.num_attention_heads
+    x = t * h * act_bytes
+    norm_params = (2.0 if model.norm == "layernorm" else 1.0) * h
+    ops = [Op("norm_attn", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_attn_in", x, "sp"),))]
+    if model.mla:
+        m = model.mla
+        qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
+        if m.q_lora_rank:
+            ops += [
+                _matmul("q_down", t, h, m.q_lora_rank, "", h * m.q_lora_rank, (Saved("q_down_in", x, "sp"),)),
+                Op("q_norm", "elementwise", "none", flop=5.0 * t * m.q_lora_rank, bytes=2.0 * t * m.q_lora_rank * act_bytes, params=m.q_lora_rank),
+                _matmul("q_up", t, m.q_lora_rank, a * qk, "n", m.q_lora_rank * a * qk, (Saved("q_up_in", t * m.q_lora_rank * act_bytes, "none"),)),
+            ]
+        else:
+            ops.append(_matmul("q", t, h, a * qk, "n", h * a * qk, (Saved("q_in", x, "sp"),)))
+        latent = m.kv_lora_rank + m.qk_rope_head_dim
+        ops += [
+            _matmul("kv_down", t, h, latent, "", h * latent, (Saved("kv_down_in", x, "sp"),)),
+            Op("kv_norm", "elementwise", "none", flop=5.0 * t * m.kv_lora_rank, bytes=2.0 * t * m.kv_lora_rank * act_bytes, params=m.kv_lora_rank),
+            _matmul("kv_up", t, m.kv_lora_rank, a * (m.qk_nope_head_dim + v), "n", m.kv_lora_rank * a * (m.qk_nope_head_dim + v),
+                    (Saved("kv_up_in", t * m.kv_lora_rank * act_bytes, "none"),)),
+        ]
+        # training and prefill read the per-head keys and values; decoding reads the cached latent
+        kv_read = a * (qk + v) if kv_len == seq_len else latent
+        core = _attention_core(model, micro_batch, seq_len, kv_len, a * qk, a * v, kv_read, act_bytes, flash_attention)
+        saved = (Saved("q", t * a * qk * act_bytes, "tp"), Saved("kv", t * a * (qk + v) * act_bytes, "tp"))
+        ops.append(Op(core.name, core.kind, core.shard, flop=core.flop, bytes=core.bytes, saved=saved + core.saved))
+        ops.append(_matmul("proj", t, a * v, h, "k", a * v * h, (Saved("proj_in", t * a * v * act_bytes, "tp"),)))
+    else:
+        d, kv = model.dim_per_head, model.kv_heads
+        q_width, kv_width = float(a * d), float(kv * d)
+        ops.append(_matmul("qkv", t, h, q_width + 2 * kv_width, "n", h * (q_width + 2 * kv_width) + q_width + 2 * kv_width, (Saved("qkv_in", x, "sp"),)))
+        core = _attention_core(model, micro_batch, seq_len, kv_len, q_width, q_width, 2 * kv_width, act_bytes, flash_attention)
+        saved = (
+            Saved("q", t * q_width * act_bytes, "tp"),
+            Saved("k", t * kv_width * act_bytes, "tp"),
+            Saved("v", t * kv_width * act_bytes, "tp"),
+        )
+        ops.append(Op(core.name, core.kind, core.shard, flop=core.flop, bytes=core.bytes, saved=saved + core.saved))
+        ops.append(_matmul("proj", t, q_width, h, "k", q_width * h + h, (Saved("proj_in", t * q_width * act_bytes, "tp"),)))
+    mask = t * h * MASK_BYTES
+    ops.append(Op("residual_attn", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_attn", mask, "sp"),)))
+    return tuple(ops)
+
+
+def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_bytes: float, experts: int = 0) -> tuple[Op, ...]:
+    """Up (and gate) projection, activation, down projection over ``tokens`` tokens; with
+    ``experts`` > 0, the grouped GEMMs of that many routed experts (their weights, one token
+    stream)."""
+    copies = max(experts, 1)
+    h, f = float(model.hidden_size), float(ffn)
+    up_width = (model.ffn_matrices - 1) * f  # gate and up projections are fused (SwiGLU: 2f)
+    x = tokens * h * act_bytes
+    return (
+        _matmul(f"{prefix}_up", tokens, h, up_width, "n", copies * (h * up_width + up_width), (Saved(f"{prefix}_up_in", x, "sp"),), experts > 0),
+        Op(
+            f"{prefix}_activation",
+            "elementwise",
+            "tp",
+            flop=8.0 * tokens * f,
+            bytes=(up_width + f) * tokens * act_bytes,
+            saved=(Saved(f"{prefix}_activation_in", up_width * tokens * act_bytes, "tp"),),
+        ),
+        _matmul(f"{prefix}_down", tokens, f, h, "k", copies * (f * h + h), (Saved(f"{prefix}_down_in", tokens * f * act_bytes, "tp"),), experts > 0),
+    )
+
+
+def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, moe: bool) -> tuple[Op, ...]:
+    """Norm, the FFN (dense, or router + routed and shared experts), residual."""
+    t = float(micro_batch * seq_len)
+    h = float(model.hidden_size)
+    x = t * h * act_bytes
+    mask = t * h * MASK_BYTES
+    norm_params = (2.0 if model.norm == "layernorm" else 1.0) * h
+    ops = [Op("norm_mlp", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_mlp_in", x, "sp"),))]
+    if not moe:
+        ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes)
+    else:
+        m = model.moe
+        routed = t * m.top_k * m.routed_factor  # token copies the busiest device's experts take
+        ops += [
+            _matmul("router", t, h, m.num_experts, "", h * m.num_experts, (Saved("router_in", x, "sp"),)),
+            Op("router_topk", "elementwise", "sp", flop=5.0 * t * m.num_experts, bytes=2.0 * t * m.num_experts * 4.0),
+            # permute token copies into expert order before dispatch, and back after combine
+            Op("dispatch_permute", "elementwise", "sp", bytes=2.0 * t * m.top_k * h * act_bytes),
+            *_ffn_ops(model, "experts", routed, m.expert_ffn_hidden_size, act_bytes, experts=m.num_experts),
+            Op("combine_unpermute", "elementwise", "sp", flop=2.0 * t * m.top_k * h, bytes=2.0 * t * m.top_k * h * act_bytes,
+               saved=(Saved("combine_weights", t * m.top_k * 4.0, "sp"),)),
+        ]
+        if m.shared_experts:
+            ops += _ffn_ops(model, "shared", t, m.shared_experts * m.expert_ffn_hidden_size, act_bytes)
+    ops.append(Op("residual_mlp", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_mlp", mask, "sp"),)))
+    return tuple(ops)
+
+
 def decoder_layer(
-    model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None
+    model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool,
+    kv_len: int | None = None, moe: bool = False,
 ) -> tuple[Op, ...]:
-    """The ops of one decoder layer: norm, QKV, attention, projection, residual, norm, MLP, residual.
+    """The ops of one decoder layer: attention block, then FFN block (MoE if ``moe``).
 
     ``seq_len`` tokens per sequence go through the layer; each attends to ``kv_len`` keys
     (default ``seq_len``; in decoding one new token attends to the whole KV cache).
     """
     kv_len = kv_len or seq_len
-    t = float(micro_batch * seq_len)  # tokens
-    h = float(model.hidden_size)
-    a, kv, d = model.num_attention_heads, model.kv_heads, model.dim_per_head
-    q_width, kv_width = float(a * d), float(kv * d)
-    f = float(model.ffn_hidden_size)
-    up_width = (model.ffn_matrices - 1) * f  # gate and up projections are fused (SwiGLU: 2f)
-    norm_params = (2.0 if model.norm == "layernorm" else 1.0) * h
-    x = t * h * act_bytes  # one activation tensor of the residual stream
-    mask = t * h * MASK_BYTES
+    return attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len) + ffn_ops(model, micro_batch, seq_len, act_bytes, moe)
 
-    # attention scores: QK^T and softmax(.)V over all heads; 4·b·s²·a·d flop (Megatron Eq. 3
-    # counts the full square, no causal halving)
-    score_flop = 4.0 * micro_batch * seq_len * kv_len * a * d
-    scores = micro_batch * a * float(seq_len) * kv_len
-    qkv_bytes = (t * q_width + micro_batch * kv_len * 2 * kv_width) * act_bytes
-    if flash_attention:
-        # FlashAttention (Dao et al. 2022): reads Q, K, V and writes O once; keeps the softmax
-        # log-sum-exp (fp32 per row) instead of the s² probabilities
-        attn_bytes = qkv_bytes + t * q_width * act_bytes
-        attn_saved = (Saved("softmax_lse", t * a * 4.0, "tp"),)
-    else:
-        # unfused: scores written, softmax read+written, dropout read+written with its mask,
-        # probabilities read by the context matmul (about 6 passes over a·s²·b 16-bit values)
-        attn_bytes = qkv_bytes + t * q_width * act_bytes + 6.0 * scores * act_bytes
-        attn_saved = (
-            Saved("softmax_out", scores * act_bytes, "tp", attention_scores=True),
-            Saved("dropout_mask", scores * MASK_BYTES, "tp", attention_scores=True),
-            Saved("dropout_out", scores * act_bytes, "tp", attention_scores=True),
-        )
 
-    return (
-        Op("norm_attn", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_attn_in", x, "sp"),)),
-        _matmul("qkv", t, h, q_width + 2 * kv_width, "n", h * (q_width + 2 * kv_width) + q_width + 2 * kv_width, (Saved("qkv_in", x, "sp"),)),
-        Op(
-            "attention",
-            "attention",
-            "tp",
-            flop=score_flop,
-            bytes=attn_bytes,
-            saved=(
-                Saved("q", t * q_width * act_bytes, "tp"),
-                Saved("k", t * kv_width * act_bytes, "tp"),
-                Saved("v", t * kv_width * act_bytes, "tp"),
-                *attn_saved,
-            ),
-        ),
-        _matmul("proj", t, q_width, h, "k", q_width * h + h, (Saved("proj_in", t * q_width * act_bytes, "tp"),)),
-        Op("residual_attn", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_attn", mask, "sp"),)),
-        Op("norm_mlp", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_mlp_in", x, "sp"),)),
-        _matmul("mlp_up", t, h, up_width, "n", h * up_width + up_width, (Saved("mlp_up_in", x, "sp"),)),
-        Op(
-            "activation",
-            "elementwise",
-            "tp",
-            flop=8.0 * t * f,
-            bytes=(up_width + f) * t * act_bytes,
-            saved=(Saved("activation_in", up_width * t * act_bytes, "tp"),),
-        ),
-        _matmul("mlp_down", t, f, h, "k", f * h + h, (Saved("mlp_down_in", t * f * act_bytes, "tp"),)),
-        Op("residual_mlp", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_mlp", mask, "sp"),)),
-    )
+def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None) -> tuple[Block, ...]:
+    """The decoder layer kinds in order, with their counts (dense first, then MoE)."""
+    dense = model.dense_layers
+    blocks = [Block("dense_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len), dense)]
+    if model.moe:
+        blocks.append(Block("moe_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=True), model.num_layers - dense))
+    return tuple(b for b in blocks if b.count)
 
 
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True) -> Graph:
-    """The graph of one micro-batch: embedding, ``num_layers`` identical layers, head and loss."""
+    """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss."""
     t = float(micro_batch * seq_len)
     h, v = float(model.hidden_size), float(model.vocab_size)
     x = t * h * act_bytes
@@ -125,5 +203,5 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
         ),
         1,
     )
-    layer = Block("decoder_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention), model.num_layers)
-    return Graph(head=head, layer=layer, tail=tail, tokens=int(t), seq_len=seq_len, activation_bytes=act_bytes)
+    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention)
+    return Graph(head=head, blocks=blocks, tail=tail, tokens=int(t), seq_len=seq_len, activation_bytes=act_bytes)
