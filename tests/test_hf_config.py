@@ -191,14 +191,32 @@ def test_unsupported_activation():
     assert (err.value.field, err.value.value) == ("hidden_act", "relu")
 
 
-@pytest.mark.parametrize(
-    ("model_type", "key"), [("mixtral", "num_local_experts"), ("deepseek_v3", "n_routed_experts")]
-)
-def test_moe_config_is_refused(model_type, key):
-    cfg = config("mistral-7b") | {"model_type": model_type, key: 8, "num_experts_per_tok": 2}
+def test_moe_config_needs_experts_per_token():
+    cfg = config("mistral-7b") | {"model_type": "mixtral", "num_local_experts": 8}
     with pytest.raises(MeshplanError) as err:
         model_from_hf_config(cfg)
-    assert (err.value.field, err.value.value) == (key, 8)
+    assert err.value.field == "num_experts_per_tok"
+
+
+@pytest.mark.parametrize(
+    ("name", "total", "active"),
+    [
+        ("mixtral-8x7b", 46.7e9, 12.9e9),  # Jiang et al. 2024: 47B parameters, 13B active
+        ("deepseek-v3", 671e9, 37e9),  # DeepSeek-V3 report: 671B total, 37B activated
+    ],
+)
+def test_moe_configs_import(name, total, active):
+    model = model_from_hf_config(HF / name / "config.json")
+    assert model.arch == "moe" and model.moe is not None
+    assert model.num_params == pytest.approx(total, rel=0.01)
+    assert model.active_params == pytest.approx(active, rel=0.02)
+
+
+def test_deepseek_v3_fields():
+    model = model_from_hf_config(HF / "deepseek-v3" / "config.json")
+    assert (model.moe.num_experts, model.moe.top_k, model.moe.shared_experts, model.moe.first_dense_layers) == (256, 8, 1, 3)
+    assert model.mla.kv_lora_rank == 512 and model.mla.q_lora_rank == 1536
+    assert model.ffn_hidden_size == 18432 and model.moe.expert_ffn_hidden_size == 2048
 
 
 def test_kv_heads_must_divide_heads():

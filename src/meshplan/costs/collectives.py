@@ -108,12 +108,12 @@ def collective_s(kind: CollectiveKind, bytes_: float, span: GroupSpan, algorithm
         return bytes_ / hop.bytes_per_s + hop.latency_s
     if kind == "all_to_all":
         # each device sends (n-1)/n of its buffer; traffic leaving a level-i sub-domain goes over
-        # the device's own level-i link
+        # the device's own level-i link (point-to-point sends: every device drives its own NIC)
         n = span.size
         worst = 0.0
         for hop in span.hops:
             outside = (n - hop.inside) / n
-            worst = max(worst, outside * bytes_ * hop.inside / (hop.parallel_links * hop.bytes_per_s))
+            worst = max(worst, outside * bytes_ / hop.bytes_per_s)
         return worst + (n - 1) * max(h.latency_s for h in span.hops)
     passes = 2.0 if kind == "all_reduce" else 1.0
     ring = _ring_s(span, bytes_, passes)

@@ -3,9 +3,10 @@
 Every op's time is max(compute, memory) + overhead >= flop / (peak * best fraction), where the
 best fraction is the highest point of the device's efficiency curves. The pipeline time of
 meshplan.timeline.pipeline_schedule, m·max_s(c_s) + (sum_s c_s - max_s c_s)/v, is at least
-(m + (p-1)/v)·min_s(c_s), and every stage computes at least its L/p decoder layers. So
+(m + (p-1)/v)·min_s(c_s), and every stage computes at least the layers of the fewest-layer
+stage (L/p for an even pipeline). So
 
-    step >= (m + (p - 1)/v) · (L/p) · layer_flop_per_device / (peak · best fraction)
+    step >= (m + (p - 1)/v) · min_s(L_s) · layer_flop_per_device / (peak · best fraction)
 
 holds for every plan; search evaluates exactly only the plans whose bound can beat the best.
 """
@@ -50,7 +51,7 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
         else:
             recompute = 0.0
         rows.append((s.num_micro_batches, p.pp, p.virtual_pipeline_stages, p.micro_batch_size, p.tp * p.cp,
-                     3.0 * forward + recompute, device.peak(p.precision)))
-    m, pp, v, b, split, flop, peak = (np.array(col, dtype=float) for col in zip(*rows))
+                     3.0 * forward + recompute, device.peak(p.precision), min(s.stage_layers)))
+    m, pp, v, b, split, flop, peak, fewest = (np.array(col, dtype=float) for col in zip(*rows))
     layer_s = b * flop / split / (peak * best)
-    return (m + (pp - 1.0) / v) * (model.num_layers / pp) * layer_s
+    return (m + (pp - 1.0) / v) * fewest * layer_s

@@ -25,7 +25,7 @@ class SearchSpace(Spec):
     tp: list[Count] = [1, 2, 4, 8]
     pp: list[Count] = [1, 2, 4, 8, 16, 32, 64]
     cp: list[Count] = [1]
-    ep: list[Count] = [1]
+    ep: list[Count] | None = None  # None: [1] for dense models; 1, 2, 4, ... up to 64 dividing the experts for MoE
     micro_batch_size: list[Count] = [1, 2, 4, 8]
     virtual_pipeline_stages: list[Count] = [1, 2, 3, 4]
     schedule: list[Schedule] = ["1f1b"]
@@ -38,7 +38,7 @@ class SearchSpace(Spec):
         """Points in the full product, before any constraint."""
         n = 1
         for name in type(self).model_fields:
-            n *= len(getattr(self, name))
+            n *= len(getattr(self, name) or [1])
         return n
 
 
@@ -64,6 +64,9 @@ def expand(
     without dp, virtual stages without pp, selective recompute with flash attention) are kept
     once.
     """
+    if space.ep is None:
+        experts = model.moe.num_experts if model.moe else 1
+        space = space.model_copy(update={"ep": [e for e in (1, 2, 4, 8, 16, 32, 64) if experts % e == 0]})
     fields = list(type(space).model_fields)
     rejected: Counter = Counter()
     seen = set()

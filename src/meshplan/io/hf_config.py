@@ -13,8 +13,9 @@ supported ``model_type`` belongs to a family that says where its sizes live:
   ``n_positions``; GELU MLP, LayerNorm, tied embeddings.
 
 Defaults for optional fields follow the HuggingFace config class of each type (for example
-``tie_word_embeddings`` is false for Llama and true for Gemma). Mixture-of-experts configs are
-refused with a clear error until meshplan models experts.
+``tie_word_embeddings`` is false for Llama and true for Gemma). Mixture-of-experts configs
+(Mixtral, Qwen2-MoE, DeepSeek-V2/V3) import their experts, and DeepSeek's multi-head latent
+attention.
 
 A llama-style architecture under another ``model_type`` can be imported by loading the JSON,
 setting ``"model_type": "llama"`` and passing the dict.
@@ -88,6 +89,10 @@ FAMILIES: dict[str, _Family] = {
     "gemma2": _GEMMA,
     "gpt_neox": _NEOX,
     "gpt2": _GPT2,
+    "mixtral": _LLAMA,
+    "qwen2_moe": _LLAMA,
+    "deepseek_v2": _LLAMA,
+    "deepseek_v3": _LLAMA,
 }
 
 
@@ -109,7 +114,6 @@ def model_from_hf_config(
         raise MeshplanError("path", path_or_dict, "a path to a config.json, or its parsed dict")
     where = f"in {path}" if path else None
 
-    _refuse_moe(config, where)
     model_type = config.get("model_type")
     if model_type is None:
         family = _LLAMA  # generic: no model_type, llama field names
@@ -140,6 +144,14 @@ def model_from_hf_config(
         if family is not _GPT2 and config.get(key) is not None:
             spec[field] = _size(config, key, where)
     _check_heads(spec, family, where)
+    moe = _moe(config, where)
+    if moe:
+        spec["arch"] = "moe"
+        spec["moe"] = moe
+    mla = _mla(config, where)
+    if mla:
+        spec["mla"] = mla
+        spec.pop("head_dim", None)
     if config.get(family.positions) is not None:
         spec["seq_len"] = min(_size(config, family.positions, where), SEQ_LEN_CAP)
     if path is not None:
@@ -173,14 +185,40 @@ def _read_json(path: Path) -> dict[str, Any]:
     return config
 
 
-def _refuse_moe(config: dict[str, Any], where: str | None) -> None:
-    for key in MOE_KEYS:
-        value = config.get(key)
-        if value not in (None, 0, 1, False):
-            raise MeshplanError(
-                key, value, "mixture-of-experts models are not supported yet; only dense models",
-                hint=where,
-            )
+def _moe(config: dict[str, Any], where: str | None) -> dict[str, Any] | None:
+    """The experts of a Mixtral, Qwen2-MoE or DeepSeek config; None for a dense model.
+
+    Mixtral: ``num_local_experts`` experts of ``intermediate_size``. Qwen2-MoE: ``num_experts``
+    of ``moe_intermediate_size`` plus a shared expert of ``shared_expert_intermediate_size``.
+    DeepSeek: ``n_routed_experts`` of ``moe_intermediate_size``, ``n_shared_experts`` and the
+    first ``first_k_dense_replace`` layers dense.
+    """
+    key = next((k for k in MOE_KEYS if config.get(k) not in (None, 0, 1, False)), None)
+    if key is None:
+        return None
+    experts = _size(config, key, where)
+    top_k = _size(config, "num_experts_per_tok", where)
+    if config.get("moe_intermediate_size") is not None:
+        expert_ffn = _size(config, "moe_intermediate_size", where)
+    else:
+        expert_ffn = _size(config, "intermediate_size", where)
+    moe: dict[str, Any] = {"num_experts": experts, "top_k": top_k, "expert_ffn_hidden_size": expert_ffn}
+    if config.get("n_shared_experts"):
+        moe["shared_experts"] = _size(config, "n_shared_experts", where)
+    elif config.get("shared_expert_intermediate_size"):
+        moe["shared_experts"] = max(1, round(_size(config, "shared_expert_intermediate_size", where) / expert_ffn))
+    if config.get("first_k_dense_replace"):
+        moe["first_dense_layers"] = _size(config, "first_k_dense_replace", where)
+    return moe
+
+
+def _mla(config: dict[str, Any], where: str | None) -> dict[str, Any] | None:
+    """DeepSeek's multi-head latent attention dimensions, if the config has them."""
+    if config.get("kv_lora_rank") is None:
+        return None
+    mla = {k: _size(config, k, where) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
+    mla["q_lora_rank"] = _size(config, "q_lora_rank", where) if config.get("q_lora_rank") else 0
+    return mla
 
 
 def _size(config: dict[str, Any], key: str, where: str | None) -> int:

@@ -180,10 +180,9 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     )
 
 
-def _stage_layers(stage: int, per_stage: int, blocks: tuple[Block, ...], frozen: int) -> tuple[tuple[str, int, int], ...]:
-    """(kind, layers, frozen) on ``stage``: layers [stage·per_stage, (stage+1)·per_stage) in model
-    order, kinds in block order, frozen ones leading."""
-    start, end = stage * per_stage, (stage + 1) * per_stage
+def _stage_layers(start: int, end: int, blocks: tuple[Block, ...], frozen: int) -> tuple[tuple[str, int, int], ...]:
+    """(kind, layers, frozen) of the layers [start, end) in model order, kinds in block order,
+    frozen ones leading."""
     out, first = [], 0
     for block in blocks:
         lo, hi = max(start, first), min(end, first + block.count)
@@ -193,15 +192,18 @@ def _stage_layers(stage: int, per_stage: int, blocks: tuple[Block, ...], frozen:
     return tuple(out)
 
 
-def _roles(pp: int, per_stage: int, blocks: tuple[Block, ...], frozen: int) -> list[tuple[str, int, int, tuple]]:
+def _roles(stage_layers: tuple[int, ...], blocks: tuple[Block, ...], frozen: int) -> list[tuple[str, int, int, tuple]]:
     """(name, representative stage, number of stages, layer counts) for each distinct stage role.
 
     Stages group by (first, last, layer kinds and frozen layers on the stage). O(pp), never per
     rank.
     """
+    pp = len(stage_layers)
     groups: list[list] = []
-    for stage in range(pp):
-        key = (stage == 0, stage == pp - 1, _stage_layers(stage, per_stage, blocks, frozen))
+    start = 0
+    for stage, count in enumerate(stage_layers):
+        key = (stage == 0, stage == pp - 1, _stage_layers(start, start + count, blocks, frozen))
+        start += count
         if groups and groups[-1][0] == key:
             groups[-1][2] += 1
         else:
@@ -211,7 +213,7 @@ def _roles(pp: int, per_stage: int, blocks: tuple[Block, ...], frozen: int) -> l
         name = "only" if first and last else "first" if first else "last" if last else "middle"
         frozen_here = sum(f for _, _, f in counts)
         if name == "middle" and frozen_here:
-            name = "frozen middle" if frozen_here == per_stage else "partly frozen middle"
+            name = "frozen middle" if frozen_here == sum(n for _, n, _ in counts) else "partly frozen middle"
         if name == "middle" and len([c for c in counts if c[1]]) > 1:
             name = "mixed middle"
         roles.append((name, stage, count, counts))
@@ -253,7 +255,7 @@ def build_program(scenario: Scenario) -> Program:
 
     roles = []
     worst = {"params": 0.0, "trainable": 0.0, "expert": 0.0, "expert_trainable": 0.0}
-    for name, stage, stages, counts in _roles(pp, model.num_layers // pp, graph.blocks, frozen_total):
+    for name, stage, stages, counts in _roles(s.stage_layers, graph.blocks, frozen_total):
         role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state)
         roles.append(role)
         expert_trainable = sum(kinds[k].expert_params * (n - f) for k, n, f in counts)
@@ -262,7 +264,7 @@ def build_program(scenario: Scenario) -> Program:
         worst["expert"] = max(worst["expert"], role.expert_params)
         worst["expert_trainable"] = max(worst["expert_trainable"], expert_trainable)
 
-    dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, model.num_layers // pp)
+    dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, max(s.stage_layers))
     optimizer_params = worst["trainable"] / (dp if plan.zero_stage >= 1 else 1)
     optimizer_params += worst["expert_trainable"] / (dp // ep if plan.zero_stage >= 1 else 1)
     return Program(

@@ -2,7 +2,7 @@
 
 from meshplan.specs.cluster import Cluster, NetworkLevel
 from meshplan.specs.device import BYTES_PER_ELEMENT, Device, Efficiency, EfficiencyCurve
-from meshplan.specs.model import TransformerModel
+from meshplan.specs.model import MLA, MoE, TransformerModel
 from meshplan.specs.plan import Plan, Task
 from meshplan.specs.scenario import Scenario, make_scenario
 
@@ -11,6 +11,8 @@ __all__ = [
     "Cluster",
     "Device",
     "Efficiency",
+    "MLA",
+    "MoE",
     "EfficiencyCurve",
     "NetworkLevel",
     "Plan",

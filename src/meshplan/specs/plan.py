@@ -32,6 +32,10 @@ class Plan(Spec):
     global_batch_size: Count | None = None  # sequences per step; None: micro_batch_size * dp
     seq_len: Count | None = None  # None: the model's seq_len
     virtual_pipeline_stages: Count = 1  # interleaved 1F1B model chunks per device
+    # uneven pipelines (Megatron-LM --decoder-first/last-pipeline-num-layers): the first and last
+    # stages take these many layers and the rest split the remainder evenly
+    first_stage_layers: Count | None = None
+    last_stage_layers: Count | None = None
     schedule: Schedule = "1f1b"
     zero_stage: int = Field(default=0, ge=0, le=3)  # 3 is FSDP full shard
     recompute: Recompute = "none"

@@ -20,6 +20,11 @@ class Scenario:
     plan: Plan  # complete: dp, global batch and seq_len are filled in
     num_devices: int
     task: Task = Task()
+    stage_layers: tuple[int, ...] = ()  # decoder layers per pipeline stage
+
+    def __post_init__(self):
+        if not self.stage_layers:
+            object.__setattr__(self, "stage_layers", pipeline_layout(self.model.num_layers, self.plan, self.model.id))
 
     @property
     def seq_len(self) -> int:
@@ -81,9 +86,14 @@ def make_scenario(
             f"tp*cp*pp*dp must equal the device count {num_devices}; "
             f"tp*cp*pp = {p.model_parallel}, so dp must be {num_devices // p.model_parallel}",
         )
-    if p.ep != 1:
-        raise MeshplanError("plan.ep", p.ep, "expert parallelism needs an MoE model; use ep=1 for a dense model")
     m = model
+    if p.ep != 1:
+        if m.moe is None:
+            raise MeshplanError("plan.ep", p.ep, "expert parallelism needs an MoE model; use ep=1 for a dense model")
+        if dp % p.ep:
+            raise MeshplanError("plan.ep", p.ep, f"must divide dp ({dp}): expert parallelism is carved out of data parallelism")
+        if m.moe.num_experts % p.ep:
+            raise MeshplanError("plan.ep", p.ep, f"must divide num_experts ({m.moe.num_experts}) of {m.id}")
     if m.num_attention_heads % p.tp:
         raise MeshplanError(
             "plan.tp", p.tp, f"must divide num_attention_heads ({m.num_attention_heads}) of {m.id}"
@@ -94,12 +104,7 @@ def make_scenario(
         )
     if m.ffn_hidden_size % p.tp:
         raise MeshplanError("plan.tp", p.tp, f"must divide ffn_hidden_size ({m.ffn_hidden_size}) of {m.id}")
-    chunks = p.pp * p.virtual_pipeline_stages
-    if m.num_layers % chunks:
-        field, value = ("plan.pp", p.pp) if p.virtual_pipeline_stages == 1 else ("plan.virtual_pipeline_stages", p.virtual_pipeline_stages)
-        raise MeshplanError(
-            field, value, f"pp*virtual_pipeline_stages ({chunks}) must divide num_layers ({m.num_layers}) of {m.id}"
-        )
+    stage_layers = pipeline_layout(m.num_layers, p, m.id)
     if p.virtual_pipeline_stages > 1 and p.pp == 1:
         raise MeshplanError("plan.virtual_pipeline_stages", p.virtual_pipeline_stages, "needs pp > 1")
     if p.virtual_pipeline_stages > 1 and p.schedule != "1f1b":
@@ -122,4 +127,31 @@ def make_scenario(
             f"interleaved 1F1B needs the number of micro-batches ({micro_batches}) to be a multiple of pp ({p.pp})",
         )
     plan = p.model_copy(update={"dp": dp, "global_batch_size": global_batch, "seq_len": seq_len})
-    return Scenario(model=m, cluster=cluster, plan=plan, num_devices=num_devices, task=task or Task())
+    return Scenario(model=m, cluster=cluster, plan=plan, num_devices=num_devices, task=task or Task(), stage_layers=stage_layers)
+
+
+def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model") -> tuple[int, ...]:
+    """Decoder layers on each pipeline stage (all its virtual chunks), first stage first."""
+    chunks = p.pp * p.virtual_pipeline_stages
+    uneven = p.first_stage_layers is not None or p.last_stage_layers is not None
+    if not uneven:
+        if num_layers % chunks:
+            field, value = ("plan.pp", p.pp) if p.virtual_pipeline_stages == 1 else ("plan.virtual_pipeline_stages", p.virtual_pipeline_stages)
+            raise MeshplanError(
+                field, value, f"pp*virtual_pipeline_stages ({chunks}) must divide num_layers ({num_layers}) of {model_id}",
+                hint="or set plan.first_stage_layers / plan.last_stage_layers for an uneven pipeline",
+            )
+        return (num_layers // p.pp,) * p.pp
+    if p.virtual_pipeline_stages > 1 or p.pp < 2:
+        raise MeshplanError("plan.first_stage_layers", p.first_stage_layers, "uneven stages need pp >= 2 and no virtual stages")
+    first = p.first_stage_layers
+    last = p.last_stage_layers
+    inner = p.pp - (first is not None) - (last is not None)
+    rest = num_layers - (first or 0) - (last or 0)
+    if rest < inner or (inner and rest % inner) or (not inner and rest):
+        raise MeshplanError(
+            "plan.first_stage_layers", (first, last),
+            f"the other {inner} stages must split the remaining {rest} of {num_layers} layers evenly",
+        )
+    even = rest // inner if inner else 0
+    return (first if first is not None else even,) + (even,) * (p.pp - 2) + (last if last is not None else even,)

@@ -166,7 +166,7 @@ def inference_estimate(scenario: Scenario) -> InferenceEstimate:
     decode = _phase(scenario, roof, batch, 1, int(round(mean_context)), weight_bytes, kv_per_token_layer)
 
     act = 4.0 if plan.precision == "fp32" else 2.0
-    layers = model.num_layers // pp
+    layers = max(scenario.stage_layers)  # the fullest stage holds the most KV cache
     graph = lower(model, batch, task.prompt_len, act, plan.flash_attention)
     if plan.ep != 1:
         raise MeshplanError("plan.ep", plan.ep, "expert parallelism is modelled for training only; use ep=1 (experts split by tp) for inference")

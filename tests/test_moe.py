@@ -1,0 +1,93 @@
+"""Mixture-of-experts models: parameters, expert parallelism, routing imbalance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from meshplan import api, catalog
+from meshplan.errors import MeshplanError
+from meshplan.parallel.program import build_program
+from meshplan.workloads.transformer import lower
+
+MIXTRAL = dict(num_devices=64, tp=2, global_batch_size=256, micro_batch_size=1, recompute="full", zero_stage=1)
+
+
+@pytest.mark.parametrize(
+    ("model_id", "total", "active", "rel"),
+    [
+        ("deepseek-v3", 671e9, 37e9, 0.01),  # DeepSeek-V3 report: 671B total, 37B activated per token
+        ("mixtral-8x7b", 46.7e9, 12.9e9, 0.01),  # Jiang et al. 2024: 46.7B, 12.9B active
+        ("madmax-llm-moe-1.8t", 1.8e12, 275e9, 0.07),  # MAD Max Table 2: 1.8T, 550B FLOPs per token
+    ],
+)
+def test_catalog_moe_parameters(model_id, total, active, rel):
+    model = catalog.model(model_id)
+    assert model.num_params == pytest.approx(total, rel=rel)
+    assert model.active_params == pytest.approx(active, rel=max(rel, 0.02) if model_id != "madmax-llm-moe-1.8t" else 0.1)
+    assert lower(model, 1, 16).params == pytest.approx(model.num_params, rel=1e-12)
+
+
+def test_expert_parallelism_adds_all_to_all_and_splits_experts():
+    one = api.estimate("mixtral-8x7b", "dgx-h100", ep=1, **MIXTRAL)
+    eight = api.estimate("mixtral-8x7b", "dgx-h100", ep=8, **MIXTRAL)
+    assert one.breakdown.exposed_comm_s["ep"] == 0.0
+    assert eight.breakdown.exposed_comm_s["ep"] > 0.0
+    assert eight.memory.weights_bytes < one.memory.weights_bytes / 4  # experts are most of the weights
+
+
+def test_expert_weights_per_device():
+    scenario = api.scenario("mixtral-8x7b", "dgx-h100", ep=4, **MIXTRAL)
+    program = build_program(scenario)
+    model = catalog.model("mixtral-8x7b")
+    moe = program.kinds["moe_layer"]
+    # 8 experts over ep=4 and tp=2: two experts, each split in two
+    assert moe.expert_params == pytest.approx(2 * model.expert_params / 2, rel=1e-9)
+
+
+def test_routing_imbalance_costs_time_and_capacity_caps_it():
+    base = catalog.model("mixtral-8x7b")
+    skewed = base.model_copy(update={"moe": base.moe.model_copy(update={"load_imbalance": 1.5})})
+    capped = base.model_copy(update={"moe": base.moe.model_copy(update={"load_imbalance": 1.5, "capacity_factor": 1.0})})
+    times = [api.estimate(m, "dgx-h100", ep=8, **MIXTRAL).step_time_s for m in (base, skewed, capped)]
+    assert times[1] > times[0]
+    assert times[2] == pytest.approx(times[0], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("devices", "ep", "words"),
+    [(48, 16, "dp"), (64, 16, "num_experts")],  # dp = 24 is not a multiple of 16; 8 experts over 16
+)
+def test_bad_expert_parallelism(devices, ep, words):
+    with pytest.raises(MeshplanError) as err:
+        api.estimate("mixtral-8x7b", "dgx-h100", **{**MIXTRAL, "num_devices": devices, "global_batch_size": 48}, ep=ep)
+    assert err.value.field == "plan.ep" and words in err.value.valid
+
+
+def test_dense_model_refuses_expert_parallelism():
+    with pytest.raises(MeshplanError) as err:
+        api.estimate("llama3-8b", "dgx-h100", num_devices=16, ep=2, global_batch_size=16)
+    assert err.value.field == "plan.ep"
+
+
+def test_deepseek_v3_uneven_pipeline_and_roles():
+    e = api.estimate("deepseek-v3", "dgx-h800", num_devices=2048, tp=1, pp=16, ep=64, global_batch_size=15360,
+                     micro_batch_size=1, zero_stage=1, recompute="full", precision="fp8",
+                     first_stage_layers=3, last_stage_layers=2)
+    assert sum(r.devices for r in e.roles) == 2048
+    assert e.breakdown.exposed_comm_s["ep"] > 0
+    assert e.breakdown.total_s == pytest.approx(e.step_time_s, rel=1e-9)
+
+
+def test_hf_moe_config_estimates():
+    path = Path(__file__).parent / "fixtures" / "hf" / "mixtral-8x7b" / "config.json"
+    e = api.estimate(str(path), "dgx-h100", ep=8, seq_len=4096, **MIXTRAL)
+    ref = api.estimate("mixtral-8x7b", "dgx-h100", ep=8, seq_len=4096, **MIXTRAL)
+    assert e.step_time_s == pytest.approx(ref.step_time_s, rel=1e-9)
+
+
+def test_search_covers_expert_parallelism():
+    result = api.search("mixtral-8x7b", "dgx-h100", 64, global_batch_size=256, seq_len=4096, top=3,
+                        space={"tp": [1, 2], "pp": [1, 2], "recompute": ["full"], "micro_batch_size": [1]})
+    assert {row["ep"] for row in result.evaluated_rows} > {1}
