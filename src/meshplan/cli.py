@@ -22,7 +22,7 @@ catalog_app = typer.Typer(no_args_is_help=True, help="List and show built-in dev
 app.add_typer(catalog_app, name="catalog")
 
 _PLAN_FLAGS = {
-    "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "global_batch": "global_batch_size",
+    "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "global_batch": "global_batch_size",
     "micro_batch": "micro_batch_size", "seq_len": "seq_len", "vpp": "virtual_pipeline_stages",
     "schedule": "schedule", "zero": "zero_stage", "recompute": "recompute", "precision": "precision",
     "sequence_parallel": "sequence_parallel",
@@ -47,6 +47,7 @@ def estimate(
     pp: Optional[int] = typer.Option(None, help="Pipeline-parallel degree."),
     dp: Optional[int] = typer.Option(None, help="Data-parallel degree (default: inferred)."),
     cp: Optional[int] = typer.Option(None, help="Context-parallel degree."),
+    ep: Optional[int] = typer.Option(None, help="Expert-parallel degree (MoE models; divides dp)."),
     global_batch: Optional[int] = typer.Option(None, help="Sequences per step."),
     micro_batch: Optional[int] = typer.Option(None, help="Sequences per micro-batch."),
     seq_len: Optional[int] = typer.Option(None, help="Tokens per sequence (default: the model's)."),
