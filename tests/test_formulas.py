@@ -196,3 +196,19 @@ def test_two_streams_overlap():
     assert overlap_s(10.0, 4.0, 10**9, 0.5) == pytest.approx(12.0)
     assert overlap_s(4.0, 10.0, 10**9, 0.5) == pytest.approx(10.0)
     assert overlap_s(10.0, 4.0, 4, 0.0) == pytest.approx(11.0)  # one piece of comm cannot hide
+
+
+@pytest.mark.parametrize("plan", [
+    dict(num_devices=1536, tp=8, pp=16, global_batch_size=1536, recompute="full"),
+    dict(num_devices=64, tp=8, pp=8, global_batch_size=64, recompute="selective", sequence_parallel=True, zero_stage=1),
+    dict(num_devices=384, tp=1, pp=1, global_batch_size=1536, micro_batch_size=4, recompute="full", zero_stage=3),
+])
+def test_madmax_breakdowns_add_up(plan):
+    """MAD Max Fig. 15: serialized compute by op kind and communication by collective type."""
+    e = api.estimate("gpt3-175b", "dgx-a100-80gb", **plan)
+    assert sum(e.serialized_by_op_s.values()) == pytest.approx(e.breakdown.compute_s + e.breakdown.optimizer_s, rel=1e-9)
+    assert sum(c["serialized_s"] for c in e.collectives.values()) == pytest.approx(sum(e.comm_total_s.values()), rel=1e-9)
+    exposed = sum(c["exposed_s"] for c in e.collectives.values())
+    assert exposed == pytest.approx(sum(e.breakdown.exposed_comm_s.values()), rel=1e-6)
+    for c in e.collectives.values():
+        assert 0.0 <= c["hidden_fraction"] <= 1.0

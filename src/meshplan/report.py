@@ -35,6 +35,11 @@ def estimate_table(e: Estimate) -> Table:
         ("memory per device", f"{format_bytes(e.memory.total_bytes)} of {format_bytes(e.memory.capacity_bytes)}" + ("" if e.fits else "  DOES NOT FIT")),
         *((f"  {name.removesuffix('_bytes')}", format_bytes(v)) for name, v in e.memory.as_dict().items() if name not in ("capacity_bytes", "total_bytes") and v > 0),
     ]
+    rows += [(f"  serialized {kind}", format_seconds(t)) for kind, t in e.serialized_by_op_s.items() if t > 0]
+    rows += [
+        (f"  {kind}", f"{format_seconds(c['serialized_s'])}, {c['hidden_fraction']:.0%} hidden")
+        for kind, c in e.collectives.items()
+    ]
     if e.train_tokens:
         days = e.time_to_train_s(e.train_tokens) / 86400
         rows.append((f"time to train {e.train_tokens:.3g} tokens", f"{days:,.2f} days, {e.device_hours(e.train_tokens):,.0f} device-hours"))

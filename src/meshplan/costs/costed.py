@@ -37,6 +37,7 @@ class RoleTimes:
     cp_exposed_s: float  # both passes
     cp_total_s: float  # both passes, hidden or not
     pp_s: float  # both passes
+    edge_ops: dict[str, OpTimes]  # embedding, head and loss ops on this device
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,8 @@ def cost_program(program: Program) -> CostedProgram:
 
     roles = []
     for role in program.roles:
-        edge = [op_times(op, roof, eb) for op in (*role.head, *role.tail)]
+        edge_ops = {op.op.name: op_times(op, roof, eb) for op in (*role.head, *role.tail)}
+        edge = list(edge_ops.values())
         edge_comm = sum(comm_s(c) for c in (*role.head_comms, *role.tail_comms))
         edge_comm_bwd = sum(comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))
         edge_bwd = sum(t.backward_s for t in edge[len(role.head):])  # head and loss always
@@ -147,6 +149,7 @@ def cost_program(program: Program) -> CostedProgram:
                 cp_exposed_s=total("cp_exposed_forward_s", "all") + total("cp_exposed_backward_s", "trained"),
                 cp_total_s=total("cp_forward_s", "all") + total("cp_backward_s", "trained"),
                 pp_s=pp_s if trained else pp_s / 2.0,
+                edge_ops=edge_ops,
             )
         )
 

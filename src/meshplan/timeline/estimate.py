@@ -50,6 +50,8 @@ class Estimate:
     serialized_s: float  # every op and collective one after another, no overlap
     overlapped_s: float  # the step time (as scheduled, with overlap)
     comm_total_s: dict[str, float]  # all communication per axis, hidden or not
+    serialized_by_op_s: dict[str, float]  # MAD Max Fig. 15: compute by op kind (gemm, attention, ...)
+    collectives: dict[str, dict[str, float]]  # per collective type: serialized_s, exposed_s, hidden_fraction
     memory: MemoryBreakdown  # the device with the least headroom
     roles: tuple[RoleEstimate, ...]
     fits: bool

@@ -10,6 +10,7 @@ compute and communication counts, plus one layer of the shorter one that cannot 
 from __future__ import annotations
 
 from meshplan.costs.costed import CostedProgram, RoleTimes
+from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
 from meshplan.timeline.pipeline_schedule import pipeline_time_s
 
@@ -96,6 +97,8 @@ def step_estimate(costed: CostedProgram) -> Estimate:
         "dp": costed.dp_s + m * (costed.zero3_gather_s + costed.zero3_scatter_s),
     }
     serialized = compute_s + sum(comm_total.values()) + costed.optimizer_s
+    op_kinds = by_op_kind(costed, critical, m)
+    collectives = by_collective(costed, critical, m, exposed)
 
     model_flop, hardware_flop = _flop_per_step(program)
     peak = s.cluster.device.peak(plan.precision)
@@ -124,6 +127,8 @@ def step_estimate(costed: CostedProgram) -> Estimate:
         serialized_s=serialized,
         overlapped_s=step_s,
         comm_total_s=comm_total,
+        serialized_by_op_s=op_kinds,
+        collectives=collectives,
         memory=worst_memory,
         roles=tuple(RoleEstimate(r.name, r.devices, f, b, r.memory) for r, _, f, b, _ in per_role),
         fits=fits,
