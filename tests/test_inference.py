@@ -74,3 +74,23 @@ def test_inference_cli(monkeypatch, capsys):
     result = json.loads(out)
     assert result["decode"]["memory_bound"] is True and result["prefill"]["memory_bound"] is False
     assert result["tpot_s"] > 0 and result["ttft_s"] > result["tpot_s"]
+
+
+def test_serving_search_ranks_by_time_per_token():
+    result = api.search("llama3-70b", "dgx-h100", 16, task=TASK, top=5)
+    tpots = [r["tpot_s"] for r in result.top]
+    assert tpots == sorted(tpots) and all(r["fits"] for r in result.top)
+    # every split of 16 devices into tp x pp (x dp) that fits was evaluated
+    best = result.top[0]
+    direct = api.estimate("llama3-70b", "dgx-h100", num_devices=16, tp=best["tp"], pp=best["pp"], task=TASK)
+    assert direct.tpot_s == pytest.approx(best["tpot_s"])
+
+
+def test_serving_search_cli(monkeypatch, capsys):
+    code, out, err = run_cli(
+        monkeypatch, capsys, "search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8",
+        "--task", "inference", "--batch", "32", "--json",
+    )
+    assert code == 0, err
+    top = json.loads(out)["top"]
+    assert top and all(r["decode_memory_bound"] for r in top)

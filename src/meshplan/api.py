@@ -11,6 +11,7 @@ from meshplan.explore.search import ROW_TYPES, SearchResult
 from meshplan.explore.search import search as run_search
 from meshplan.explore.executors import make_executor
 from meshplan.explore.pareto import devices_front, memory_front
+from meshplan.explore.serving import search_serving
 from meshplan.explore.space import SearchSpace
 from meshplan.explore.store import PlanStore
 from meshplan.io.hf_config import model_from_hf_config
@@ -150,6 +151,11 @@ def search(
             "task": resolved_task.model_dump(mode="json"),
         }
         plan_store = PlanStore(store, job, ROW_TYPES)
+    if resolved_task.kind == "inference":
+        result = search_serving(resolved_model, resolved_cluster, num_devices, base, resolved_space, top, resolved_task)
+        if not result.top:
+            raise _nothing_fits(result, num_devices, resolved_cluster.device.hbm_bytes)
+        return result
     pool = make_executor(executor, workers)
     try:
         result = run_search(

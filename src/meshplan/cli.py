@@ -136,6 +136,10 @@ def search(
     config: Optional[Path] = typer.Option(None, help="Run config (YAML or JSON) with an optional space: block."),
     set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. space.tp=[1,2,4,8] (repeatable)."),
     pareto: bool = typer.Option(False, "--pareto", help="Also show the exact Pareto fronts (time vs memory, time vs devices)."),
+    task_kind: Optional[str] = typer.Option(None, "--task", help="pretrain, finetune or inference (ranks tp x pp by time per output token)."),
+    batch: Optional[int] = typer.Option(None, help="Inference: sequences served at once."),
+    prompt_len: Optional[int] = typer.Option(None, help="Inference: prompt tokens per sequence."),
+    output_len: Optional[int] = typer.Option(None, help="Inference: generated tokens per sequence."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ):
     """Find the fastest plans of a space that fit in memory (exact, with a lower-bound screen)."""
@@ -156,13 +160,19 @@ def search(
     num_devices = devices or cfg.get("devices")
     if num_devices is None:
         raise MeshplanError("devices", None, "give --devices N or devices: in --config")
+    task = _section(cfg, "task")
+    task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
+    task.update({k: v for k, v in task_flags.items() if v is not None})
+    serving = task.get("kind") == "inference"
+    if serving and (pareto or store):
+        raise MeshplanError("--task", "inference", "--pareto and --store are for training searches")
     with _progress("evaluating plans") as report:
         result = api.search(
-            model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, _section(cfg, "task"),
+            model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, task,
             progress=report, executor=executor, workers=workers, store=str(store) if store else None,
         )
     fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), _section(cfg, "task")) if pareto else None
-    runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 else None
+    runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not serving else None
     summary = (
         f"{result.space_size} points in the space, {result.candidates} valid plans, {result.evaluated} evaluated "
         f"exactly ({result.infeasible_memory} do not fit, {result.reused} reused from the store), {result.wall_s:.2f} s"
@@ -174,10 +184,10 @@ def search(
             payload["pareto"] = fronts
         typer.echo(json.dumps(payload, indent=2))
     else:
-        from meshplan.report import front_table, runner_up_line, search_table
+        from meshplan.report import front_table, runner_up_line, search_table, serving_table
 
         console = _console()
-        console.print(search_table(result))
+        console.print(serving_table(result) if serving else search_table(result))
         if runner_up:
             console.print(runner_up_line(runner_up))
         if fronts:

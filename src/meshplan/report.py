@@ -137,3 +137,16 @@ def search_table(result) -> Table:
             f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"]),
         )
     return table
+
+
+def serving_table(result) -> Table:
+    table = Table(title=f"Best {len(result.top)} serving plans (of {result.candidates} valid)", header_style="bold")
+    for col in ("rank", "tp", "pp", "dp", "TTFT", "TPOT", "decode tokens/s", "memory", "decode"):
+        table.add_column(col, justify="right")
+    for rank, r in enumerate(result.top, start=1):
+        table.add_row(
+            str(rank), str(r["tp"]), str(r["pp"]), str(r["dp"]), format_seconds(r["ttft_s"]), format_seconds(r["tpot_s"]),
+            f"{r['decode_tokens_per_s']:,.0f}", format_bytes(r["memory_bytes"]),
+            "memory bound" if r["decode_memory_bound"] else "compute bound",
+        )
+    return table
