@@ -101,16 +101,17 @@ def stage_memory(
 
     Only trainable parameters have gradients and optimizer states, and only trained layers keep
     activations (nothing runs backward through frozen leading layers). ZeRO shards dense
-    weights over dp and routed-expert weights over dp / ep. ``layer_activations`` is
+    weights over dp (or the hybrid-sharding group) and routed-expert weights over dp / ep. ``layer_activations`` is
     [(bytes one layer keeps per micro-batch, trained layers of that kind)].
     """
     tp, pp, dp, v, ep, zero = plan.tp, plan.pp, plan.dp or 1, plan.virtual_pipeline_stages, plan.ep, plan.zero_stage
     edp = dp // ep
+    shard = plan.zero_shard_size or dp  # hybrid sharding shards within groups of this size
 
     def sharded(total: float, expert: float, stage_min: int) -> float:
         if zero < stage_min:
             return total
-        return (total - expert) / dp + expert / edp
+        return (total - expert) / shard + expert / edp
 
     in_flight = activations_in_flight(plan.schedule, pp, v, micro_batches, stage)
     activations = sum(per_layer * layers for per_layer, layers in layer_activations) * in_flight

@@ -237,6 +237,8 @@ def build_program(scenario: Scenario) -> Program:
         "dp": axis_span(cluster, plan, "dp"),
         "ep": group_span(cluster, ep, dp_stride),
         "edp": group_span(cluster, dp // ep, dp_stride * ep),
+        "dp_shard": group_span(cluster, plan.zero_shard_size or dp, dp_stride),
+        "dp_replica": group_span(cluster, dp // (plan.zero_shard_size or dp), dp_stride * (plan.zero_shard_size or dp)),
     }
     kinds = {block.name: _kind(s, block, x_bytes, spans) for block in graph.blocks}
 
@@ -265,7 +267,7 @@ def build_program(scenario: Scenario) -> Program:
         worst["expert_trainable"] = max(worst["expert_trainable"], expert_trainable)
 
     dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, max(s.stage_layers))
-    optimizer_params = worst["trainable"] / (dp if plan.zero_stage >= 1 else 1)
+    optimizer_params = worst["trainable"] / ((plan.zero_shard_size or dp) if plan.zero_stage >= 1 else 1)
     optimizer_params += worst["expert_trainable"] / (dp // ep if plan.zero_stage >= 1 else 1)
     return Program(
         scenario=scenario,
@@ -341,10 +343,11 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
     """Gradient reduction (and ZeRO's weight gathers) once per step, or per micro-batch for
     ZeRO-3; expert weights over their own data-parallel group (dp / ep)."""
     dp, ep = plan.dp or 1, plan.ep
+    shard = plan.zero_shard_size or dp
     dp_comms: list[Comm] = []
     zero3: list[Comm] = []
     for axis, span, size, params, trainable in (
-        ("dp", spans["dp"], dp, worst["params"], worst["trainable"]),
+        ("dp", spans["dp_shard"] if plan.zero_stage else spans["dp"], shard if plan.zero_stage else dp, worst["params"], worst["trainable"]),
         ("dp", spans["edp"], dp // ep, worst["expert"], worst["expert_trainable"]),
     ):
         if size <= 1 or params <= 0:
@@ -366,6 +369,11 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
             zero3 += [Comm(axis, "all_gather", weights / units, units * gathers, span)]
             if trainable > 0:
                 zero3 += [Comm(axis, "reduce_scatter", grads / units, units, span)]
+    if plan.zero_stage and shard < dp and worst["trainable"] > 0:
+        # hybrid sharding: each shard's gradients are all-reduced across the replica groups
+        grads = worst["trainable"] * state.gradient / shard
+        buckets = max(1.0, worst["trainable"] / shard / GRAD_BUCKET_PARAMS)
+        dp_comms.append(Comm("dp", "all_reduce", grads / buckets, buckets, spans["dp_replica"]))
     return tuple(dp_comms), tuple(zero3)
 
 

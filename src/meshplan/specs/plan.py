@@ -38,6 +38,9 @@ class Plan(Spec):
     last_stage_layers: Count | None = None
     schedule: Schedule = "1f1b"
     zero_stage: int = Field(default=0, ge=0, le=3)  # 3 is FSDP full shard
+    # ZeRO/FSDP shard over groups of this many data-parallel ranks and replicate across the
+    # groups (hybrid sharding, PyTorch FSDP HYBRID_SHARD / HSDP); None: over all dp ranks
+    zero_shard_size: Count | None = None
     recompute: Recompute = "none"
     precision: TrainPrecision = "bf16"
     flash_attention: bool = True

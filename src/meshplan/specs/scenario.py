@@ -87,6 +87,11 @@ def make_scenario(
             f"tp*cp*pp = {p.model_parallel}, so dp must be {num_devices // p.model_parallel}",
         )
     m = model
+    if p.zero_shard_size is not None:
+        if dp % p.zero_shard_size:
+            raise MeshplanError("plan.zero_shard_size", p.zero_shard_size, f"must divide dp ({dp})")
+        if p.ep != 1:
+            raise MeshplanError("plan.zero_shard_size", p.zero_shard_size, "hybrid sharding with expert parallelism is not modelled; leave it unset")
     if p.ep != 1:
         if m.moe is None:
             raise MeshplanError("plan.ep", p.ep, "expert parallelism needs an MoE model; use ep=1 for a dense model")
