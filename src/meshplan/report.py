@@ -12,7 +12,7 @@ def estimate_table(e: Estimate) -> Table:
     p = e.plan
     title = (
         f"{e.model_id} on {e.num_devices} x {e.cluster_id}  "
-        f"tp={p['tp']} pp={p['pp']} dp={p['dp']} cp={p['cp']} vpp={p['virtual_pipeline_stages']} "
+        f"tp={p['tp']} pp={p['pp']} dp={p['dp']} cp={p['cp']} ep={p['ep']} vpp={p['virtual_pipeline_stages']} "
         f"mb={p['micro_batch_size']} gb={p['global_batch_size']} seq={p['seq_len']} "
         f"zero={p['zero_stage']} recompute={p['recompute']} {p['precision']}"
     )
