@@ -13,6 +13,7 @@ import yaml
 from meshplan.errors import MeshplanError, unknown_id
 from meshplan.specs import Cluster, Device, Efficiency, TransformerModel
 from meshplan.specs.base import build
+from meshplan.specs.dlrm import DLRMModel
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -33,6 +34,11 @@ def cluster_ids() -> list[str]:
 
 def model_ids() -> list[str]:
     return sorted(_raw("models"))
+
+
+def dlrm_model_ids() -> list[str]:
+    """DLRM recommenders (catalog/dlrm.yaml), kept apart from the transformer models."""
+    return sorted(_raw("dlrm"))
 
 
 @cache
@@ -65,8 +71,18 @@ def cluster(cluster_id: str) -> Cluster:
 
 
 @cache
-def model(model_id: str) -> TransformerModel:
+def model(model_id: str) -> TransformerModel | DLRMModel:
+    """A transformer from models.yaml, or a DLRM from dlrm.yaml."""
+    if model_id in _raw("dlrm"):
+        return dlrm_model(model_id)
+    if model_id not in _raw("models"):
+        raise unknown_id("model", model_id, [*_raw("models"), *_raw("dlrm")])
     return _spec("models", "model", model_id, TransformerModel)
+
+
+@cache
+def dlrm_model(model_id: str) -> DLRMModel:
+    return _spec("dlrm", "model", model_id, DLRMModel)
 
 
 def entry(kind: str, item_id: str) -> dict:
@@ -82,7 +98,9 @@ def find(item_id: str) -> tuple[str, dict]:
     for kind in ("devices", "clusters", "models"):
         if item_id in _raw(kind):
             return kind, _raw(kind)[item_id]
-    every = [*device_ids(), *cluster_ids(), *model_ids()]
+    if item_id in _raw("dlrm"):
+        return "models", _raw("dlrm")[item_id]
+    every = [*device_ids(), *cluster_ids(), *model_ids(), *dlrm_model_ids()]
     raise unknown_id("id", item_id, every)
 
 
@@ -92,6 +110,8 @@ __all__ = [
     "cluster_ids",
     "device",
     "device_ids",
+    "dlrm_model",
+    "dlrm_model_ids",
     "efficiency",
     "entry",
     "find",

@@ -1,0 +1,240 @@
+"""DLRM recommenders (MAD Max Sec. 2.1): embedding tables, bottom/top MLPs, a feature interaction.
+
+Two shapes are read (shared/validation/SCHEMA.md, DLRM cases):
+
+- per-table lists (the MLPerf DLRM-DCNv2 style): ``table_rows``, ``multi_hot_sizes``,
+  ``bottom_mlp`` and ``top_mlp`` widths, ``num_dense_features``, ``interaction``;
+- uniform tables (MAD Max's DLRM-A/B): ``num_tables`` x ``rows_per_table``, ``pooling_factor``
+  lookups per table, ``bottom_mlp_layers`` + ``top_mlp_layers`` square layers of ``mlp_width``.
+  As in MAD Max's artifact (samhsia/MADMAX-AE, models/dlrm.py), the top MLP's input is
+  ``mlp_width`` wide: Table 2's FLOPs per sample are exactly 2 x layers x width^2, so the
+  interaction that feeds it adds memory traffic but no flop.
+
+Variants (MAD Max Sec. 2.1, 5): DLRM-Transformer replaces the interaction with transformer encoder
+layers over the sparse features (``interaction: transformer``); DLRM-MoE makes the top MLP
+``moe.num_experts`` parallel towers of which ``moe.top_k`` run per sample.
+
+A model knows nothing about parallelism; meshplan.parallel.dlrm applies the strategy.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from meshplan.specs.base import Count, Spec
+
+InteractionKind = Literal["dot", "cat", "dcnv2", "transformer"]
+EmbeddingOptimizer = Literal["rowwise_adagrad", "adagrad", "sgd"]
+DenseOptimizer = Literal["adagrad", "adam", "sgd"]
+
+_PER_TABLE = ("table_rows", "multi_hot_sizes", "bottom_mlp", "top_mlp", "num_dense_features")
+_UNIFORM = ("num_tables", "rows_per_table", "pooling_factor", "bottom_mlp_layers", "top_mlp_layers", "mlp_width")
+INTERACTIONS = "dot, cat, dcnv2 [N layers] or transformer [N layers]"
+
+
+class TransformerInteraction(Spec):
+    """Encoder layers over the sparse features. Defaults: MAD Max Sec. 5 (4 layers, sequence 80);
+    width 512 / FFN 2048 reproduce Table 2's FLOPs per sample (see catalog/dlrm.yaml)."""
+
+    layers: Count = 4
+    seq_len: Count = 80
+    hidden_size: Count = 512
+    ffn_hidden_size: Count = 2048
+    num_heads: Count = 8
+
+
+class DLRMMoE(Spec):
+    """The top MLP as ``num_experts`` towers, ``top_k`` active per sample (MAD Max Sec. 2.1, 5)."""
+
+    num_experts: Count = 16
+    top_k: Count = 2
+
+    @model_validator(mode="after")
+    def _k_le_experts(self) -> "DLRMMoE":
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k ({self.top_k}) must not exceed num_experts ({self.num_experts})")
+        return self
+
+
+class DLRMModel(Spec):
+    """A deep learning recommendation model; see the module docstring for the two shapes."""
+
+    arch: Literal["dlrm"] = "dlrm"
+    id: str = "custom-dlrm"
+    name: str = ""
+    embedding_dim: Count
+    # per-table lists
+    table_rows: tuple[Count, ...] | None = None
+    multi_hot_sizes: tuple[float, ...] | None = None
+    bottom_mlp: tuple[Count, ...] | None = None
+    top_mlp: tuple[Count, ...] | None = None
+    num_dense_features: Count | None = None
+    # uniform tables
+    num_tables: Count | None = None
+    rows_per_table: Count | None = None
+    pooling_factor: float | None = Field(default=None, gt=0)
+    bottom_mlp_layers: int | None = Field(default=None, ge=0)
+    top_mlp_layers: int | None = Field(default=None, ge=1)
+    mlp_width: Count | None = None
+    # both
+    interaction: InteractionKind = "cat"
+    interaction_layers: Count | None = None  # dcnv2 cross layers
+    dcn_low_rank_dim: Count | None = None  # None: full-rank cross layers
+    transformer: TransformerInteraction | None = None
+    moe: DLRMMoE | None = None
+    bytes_per_emb_param: float = Field(default=4.0, gt=0)
+    bytes_per_dense_param: float = Field(default=4.0, gt=0)
+    embedding_optimizer: EmbeddingOptimizer = "rowwise_adagrad"
+    dense_optimizer: DenseOptimizer = "adagrad"
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_interaction(cls, data: object) -> object:
+        """``interaction: "dcnv2 3"`` or ``"transformer 4"`` names the kind and its layer count."""
+        if not isinstance(data, dict) or not isinstance(data.get("interaction"), str):
+            return data
+        if data["interaction"].strip().lower().startswith("transformer") and data.get("transformer") is None:
+            data = {**data, "transformer": {}}
+        words = data["interaction"].lower().split()
+        if not words or words[0] not in ("dot", "cat", "dcnv2", "transformer") or len(words) > 2:
+            raise ValueError(f"interaction must be one of {INTERACTIONS}, got {data['interaction']!r}")
+        data = {**data, "interaction": words[0]}
+        if len(words) == 2:
+            if not words[1].isdigit() or words[0] in ("dot", "cat") or int(words[1]) < 1:
+                raise ValueError(f"interaction must be one of {INTERACTIONS}, got {' '.join(words)!r}")
+            if words[0] == "dcnv2":
+                data["interaction_layers"] = int(words[1])
+            else:
+                data["transformer"] = {**(data.get("transformer") or {}), "layers": int(words[1])}
+        return data
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> "DLRMModel":
+        per_table = [f for f in _PER_TABLE if getattr(self, f) is not None]
+        uniform = [f for f in _UNIFORM if getattr(self, f) is not None]
+        if per_table and uniform:
+            raise ValueError(f"give per-table lists ({', '.join(_PER_TABLE)}) or uniform tables "
+                             f"({', '.join(_UNIFORM)}), not both: got {per_table[0]} and {uniform[0]}")
+        needed = _PER_TABLE if per_table else _UNIFORM
+        missing = [f for f in needed if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"{missing[0]} is required with {per_table[0] if per_table else 'uniform tables'}")
+        if per_table:
+            if len(self.multi_hot_sizes) != len(self.table_rows):
+                raise ValueError(f"multi_hot_sizes has {len(self.multi_hot_sizes)} entries, table_rows {len(self.table_rows)}")
+            if not self.bottom_mlp or not self.top_mlp:
+                raise ValueError("bottom_mlp and top_mlp list at least one layer width each")
+            if self.interaction == "dot" and self.bottom_mlp[-1] != self.embedding_dim:
+                raise ValueError(f"the dot interaction needs the bottom MLP to end at embedding_dim "
+                                 f"({self.embedding_dim}), got {self.bottom_mlp[-1]}")
+        elif self.interaction in ("dot", "dcnv2"):
+            raise ValueError(f"interaction {self.interaction} needs per-table lists (its width follows "
+                             "the tables); uniform tables take cat or transformer")
+        if self.interaction == "dcnv2" and self.interaction_layers is None:
+            raise ValueError("interaction dcnv2 needs its number of cross layers, e.g. 'dcnv2 3'")
+        return self
+
+    # --- tables ------------------------------------------------------------------------------
+
+    @property
+    def per_table(self) -> bool:
+        return self.table_rows is not None
+
+    @property
+    def tables(self) -> int:
+        return len(self.table_rows) if self.per_table else self.num_tables
+
+    @property
+    def total_rows(self) -> float:
+        return float(sum(self.table_rows)) if self.per_table else float(self.num_tables * self.rows_per_table)
+
+    @property
+    def lookups_per_sample(self) -> float:
+        """Rows read per sample over all tables (sum of pooling factors)."""
+        return float(sum(self.multi_hot_sizes)) if self.per_table else self.num_tables * self.pooling_factor
+
+    @property
+    def embedding_params(self) -> float:
+        return self.total_rows * self.embedding_dim
+
+    @property
+    def lookup_bytes_per_sample(self) -> float:
+        """Bytes one sample's forward lookups read: tables x pooling x dim x bytes (MAD Max Sec. 4.2)."""
+        return self.lookups_per_sample * self.embedding_dim * self.bytes_per_emb_param
+
+    # --- dense layers: (in, out, repeat) ---------------------------------------------------------
+
+    @property
+    def bottom_layers(self) -> tuple[tuple[int, int, int], ...]:
+        if self.per_table:
+            widths = (self.num_dense_features, *self.bottom_mlp)
+            return tuple((a, b, 1) for a, b in zip(widths, widths[1:]))
+        return ((self.mlp_width, self.mlp_width, self.bottom_mlp_layers),) if self.bottom_mlp_layers else ()
+
+    @property
+    def bottom_out(self) -> int:
+        return self.bottom_mlp[-1] if self.per_table else self.mlp_width
+
+    @property
+    def interaction_in(self) -> int:
+        """Width of the concatenated features entering the interaction (bottom output + pooled tables)."""
+        return self.bottom_out + self.tables * self.embedding_dim
+
+    @property
+    def interaction_out(self) -> int:
+        if not self.per_table:
+            return self.mlp_width
+        f = self.tables + 1
+        return {
+            "dot": f * (f - 1) // 2 + self.bottom_out,  # upper triangle + the dense vector (Naumov et al. 2019)
+            "cat": self.interaction_in,
+            "dcnv2": self.interaction_in,
+            "transformer": self.transformer.seq_len * self.transformer.hidden_size if self.transformer else 0,
+        }[self.interaction]
+
+    @property
+    def top_layers(self) -> tuple[tuple[int, int, int], ...]:
+        """One tower of the top MLP (an MoE model has ``moe.num_experts`` of them)."""
+        if self.per_table:
+            widths = (self.interaction_out, *self.top_mlp)
+            return tuple((a, b, 1) for a, b in zip(widths, widths[1:]))
+        return ((self.mlp_width, self.mlp_width, self.top_mlp_layers),)
+
+    @property
+    def interaction_params(self) -> float:
+        if self.interaction == "dcnv2":
+            d, r = self.interaction_in, self.dcn_low_rank_dim
+            per_layer = (2 * d * r if r else d * d) + d
+            return float(self.interaction_layers * per_layer)
+        if self.interaction == "transformer":
+            t = self.transformer
+            return float(t.layers * (4 * t.hidden_size**2 + 2 * t.hidden_size * t.ffn_hidden_size))
+        return 0.0
+
+    @property
+    def bottom_params(self) -> float:
+        return float(sum(a * b * n for a, b, n in self.bottom_layers))
+
+    @property
+    def top_params_per_tower(self) -> float:
+        return float(sum(a * b * n for a, b, n in self.top_layers))
+
+    @property
+    def experts(self) -> int:
+        return self.moe.num_experts if self.moe else 1
+
+    @property
+    def active_experts(self) -> int:
+        return self.moe.top_k if self.moe else 1
+
+    @property
+    def dense_params(self) -> float:
+        """Weights outside the embedding tables (biases are left out, as in MAD Max's count)."""
+        return self.bottom_params + self.interaction_params + self.experts * self.top_params_per_tower
+
+    @property
+    def num_params(self) -> float:
+        return self.embedding_params + self.dense_params
