@@ -18,18 +18,24 @@ from meshplan.io.hf_config import model_from_hf_config
 from meshplan.parallel.program import build_program
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
 from meshplan.specs.base import build
+from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.dlrm_scenario import DLRMScenario, make_dlrm_scenario
+from meshplan.timeline.dlrm import DLRMEstimate, dlrm_chrome_trace, estimate_dlrm
 from meshplan.timeline.estimate import Estimate
 from meshplan.timeline.inference import InferenceEstimate, inference_estimate
 from meshplan.timeline.step import step_estimate
 from meshplan.timeline.trace import chrome_trace
 
 
-def resolve_model(model: str | TransformerModel | dict) -> TransformerModel:
-    """A catalog id, a path to a HuggingFace config.json (or its folder), a mapping or a spec."""
+def resolve_model(model: str | TransformerModel | DLRMModel | dict) -> TransformerModel | DLRMModel:
+    """A catalog id, a path to a HuggingFace config.json (or its folder), a mapping or a spec.
+    A mapping with ``arch: dlrm`` (or a DLRM catalog id) gives a DLRMModel."""
     if isinstance(model, str):
         if model.endswith(".json") or Path(model).is_dir():
             return model_from_hf_config(model)
         return catalog.model(model)
+    if isinstance(model, DLRMModel) or (isinstance(model, dict) and model.get("arch") == "dlrm"):
+        return build(DLRMModel, model, "model")
     return build(TransformerModel, model, "model")
 
 
@@ -49,11 +55,15 @@ def scenario(
     task: Task | dict | None = None,
     **plan_fields,
 ) -> Scenario:
-    """Validate the inputs once; every error names its field."""
+    """Validate the inputs once; every error names its field. A DLRM gives a DLRMScenario, whose
+    plan fields are ``strategy``, ``global_batch_size`` and ``precision``."""
     plan_data = plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})
     plan_data.update(plan_fields)
+    resolved = resolve_model(model)
+    if isinstance(resolved, DLRMModel):
+        return make_dlrm_scenario(resolved, resolve_cluster(cluster), plan_data, num_devices, task)
     return make_scenario(
-        resolve_model(model),
+        resolved,
         resolve_cluster(cluster),
         build(Plan, plan_data, "plan"),
         num_devices,
@@ -74,11 +84,18 @@ def estimate(
 
         meshplan.estimate("gpt3-175b", "dgx-a100-80gb", tp=8, pp=16, num_devices=1536,
                           global_batch_size=1536, recompute="full")
+
+    A DLRM takes a per-layer-kind strategy instead (MAD Max Sec. 2.2) and returns a DLRMEstimate::
+
+        meshplan.estimate(model="dlrm-a", cluster="zionex-a100", num_devices=128,
+                          strategy="embedding=(mp) dense=(tp,ddp)", global_batch_size=65536)
     """
     return estimate_scenario(scenario(model, cluster, plan, num_devices, task, **plan_fields))
 
 
-def estimate_scenario(s: Scenario) -> Estimate | InferenceEstimate:
+def estimate_scenario(s: Scenario | DLRMScenario) -> Estimate | InferenceEstimate | DLRMEstimate:
+    if isinstance(s, DLRMScenario):
+        return estimate_dlrm(s)
     if s.task.kind == "inference":
         return inference_estimate(s)
     return step_estimate(cost_program(build_program(s)))
@@ -86,6 +103,8 @@ def estimate_scenario(s: Scenario) -> Estimate | InferenceEstimate:
 
 def trace(s: Scenario) -> dict:
     """The Chrome/Perfetto trace of one step of ``s`` (open it in ui.perfetto.dev)."""
+    if isinstance(s, DLRMScenario):
+        return dlrm_chrome_trace(estimate_dlrm(s))
     if s.task.kind == "inference":
         raise MeshplanError("--trace", "inference", "traces are drawn for training steps only so far")
     costed = cost_program(build_program(s))
@@ -98,8 +117,12 @@ def search_job(model, cluster, num_devices, plan=None, space=None, task=None, **
     plan_data.update(plan_fields)
     if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
         raise MeshplanError("num_devices", num_devices, "must be a positive integer")
+    resolved = resolve_model(model)
+    if isinstance(resolved, DLRMModel):
+        raise MeshplanError("model", resolved.id, "search covers transformer models so far; compare DLRM "
+                            "strategies with estimate (--strategy 'embedding=(mp) dense=(tp,ddp)')")
     return (
-        resolve_model(model),
+        resolved,
         resolve_cluster(cluster),
         num_devices,
         build(Plan, plan_data, "plan"),

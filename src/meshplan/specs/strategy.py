@@ -52,7 +52,7 @@ class Strategy(Spec):
     embedding: tuple[StrategyName, ...] = ("mp",)
     dense: tuple[StrategyName, ...] = ("ddp",)
     transformer: tuple[StrategyName, ...] | None = None  # None: as dense
-    moe: tuple[StrategyName, ...] = ("ep", "ddp")
+    moe: tuple[StrategyName, ...] | None = None  # None: (ep, ddp), experts split inside the node
 
     @model_validator(mode="before")
     @classmethod
@@ -94,8 +94,9 @@ class Strategy(Spec):
     def label(self) -> str:
         """``embedding=(mp) dense=(tp,ddp)``: the canonical text form."""
         parts = [f"embedding=({','.join(self.embedding)})", f"dense=({','.join(self.dense)})"]
-        if self.transformer is not None:
-            parts.append(f"transformer=({','.join(self.transformer)})")
+        for kind in ("transformer", "moe"):
+            if getattr(self, kind) is not None:
+                parts.append(f"{kind}=({','.join(getattr(self, kind))})")
         return " ".join(parts)
 
 

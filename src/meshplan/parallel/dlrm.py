@@ -1,0 +1,381 @@
+"""Apply a per-layer-kind hierarchical strategy to a lowered DLRM (MAD Max Sec. 2.2, 4.3).
+
+The result is one device's work as ordered tasks (MAD Max Fig. 5-6: forward embedding, bottom MLP,
+interaction, top MLP; backward reversed), each a compute kernel or a collective with the tasks
+it waits for, plus the memory it needs. Every device plays the same role (tables and samples are
+spread evenly, MAD Max Sec. 4.2), so one device stands for all.
+
+Each strategy entry takes one network level, innermost first; its group is the devices of that
+level's domain that differ only in that entry (size = the level's fan-out, stride = the product
+of the inner degrees). Collectives per strategy:
+- ``mp`` embeddings: all-to-all of the pooled embeddings forward and of their gradients backward,
+  each device sending (samples of its group) x (its tables) x dim (MAD Max Sec. 4.3), blocking;
+- ``ddp``: all-reduce of each layer's weight gradients (the ``tp``-sharded part) after its
+  backward, non-blocking; ``fsdp``: all-gather of each layer's weights before forward and backward
+  (prefetched at most two layers ahead, as MAD Max's artifact) and a reduce-scatter of its
+  gradients; ``tp``: all-reduce of activations after every row-parallel layer forward and of input
+  gradients after every column-parallel layer backward, blocking; ``ep``: all-to-all of the
+  routed samples to the experts and back, blocking.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from meshplan.errors import MeshplanError
+from meshplan.parallel.dlrm_memory import (
+    INDEX_BYTES, DLRMMemory, dense_state_bytes, embedding_state_bytes, optimizer_traffic_bytes,
+)
+from meshplan.specs.cluster import Cluster
+from meshplan.specs.device import BYTES_PER_ELEMENT
+from meshplan.specs.strategy import Strategy
+from meshplan.workloads.dlrm import DLRMBlock, DLRMGraph, DLRMOp
+
+
+@dataclass(frozen=True)
+class Group:
+    """``size`` devices, ``stride`` ranks apart (meshplan.costs.collectives.group_span)."""
+
+    size: int
+    stride: int
+
+
+@dataclass(frozen=True)
+class Task:
+    """One compute kernel or collective of one device, with the tasks it must wait for."""
+
+    name: str
+    stream: str  # "compute" or "comm"
+    category: str  # compute: embedding_lookup | gemm | other; comm: the collective kind
+    layer: str  # embedding, bottom, interaction, transformer, top, moe, loss, optimizer
+    deps: tuple[str, ...] = ()
+    kernel: str = ""  # compute: lookup | gemm | attention | elementwise (how it is costed)
+    gemms: tuple[tuple[float, float, float], ...] = ()  # (m, k, n), run one after another
+    flop: float = 0.0  # attention-like flop
+    bytes: float = 0.0  # streaming HBM traffic
+    lookup_bytes: float = 0.0  # embedding rows read or updated
+    comm_bytes: float = 0.0  # the collective's buffer (meshplan.costs.collectives.collective_s)
+    group: Group | None = None
+    blocking: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One layer kind's strategy on this cluster: entries, their degrees and groups."""
+
+    kind: str
+    entries: tuple[str, ...]
+    degrees: tuple[int, ...]
+    groups: tuple[Group, ...]
+
+    def degree(self, name: str) -> int:
+        return math.prod(d for e, d in zip(self.entries, self.degrees) if e == name)
+
+    def group(self, name: str) -> Group | None:
+        for e, g in zip(self.entries, self.groups):
+            if e == name and g.size > 1:
+                return g
+        return None
+
+    @property
+    def replicas(self) -> int:
+        """How many ways the batch is split (ddp and fsdp degrees)."""
+        return self.degree("ddp") * self.degree("fsdp")
+
+
+@dataclass(frozen=True)
+class DLRMProgram:
+    graph: DLRMGraph
+    cluster: Cluster
+    strategy: Strategy
+    num_devices: int
+    global_batch_size: int
+    precision: str
+    layouts: dict[str, Layout]
+    tasks: tuple[Task, ...]
+    memory: DLRMMemory
+
+
+def level_factors(cluster: Cluster, num_devices: int) -> tuple[int, ...]:
+    """How many sub-domains each network level joins for ``num_devices`` (zionex, 128: (8, 16))."""
+    factors, inner = [], 1
+    for level in cluster.levels:
+        domain = min(level.size or num_devices, num_devices)
+        if domain % inner or (level.size is not None and num_devices > level.size and num_devices % level.size):
+            size = level.size or domain
+            raise MeshplanError("num_devices", num_devices, f"spans whole {level.name} domains of {size} devices on {cluster.id}; use a multiple of {size}")
+        if domain // inner > 1:
+            factors.append(domain // inner)
+        inner = domain
+        if inner >= num_devices:
+            break
+    return tuple(factors) or (1,)
+
+
+def layout(kind: str, entries: tuple[str, ...], factors: tuple[int, ...], num_devices: int, label: str) -> Layout:
+    """Degrees and groups of a strategy tuple: entry i takes level i, the last all levels beyond."""
+    if len(entries) == 1:
+        degrees = (num_devices,)
+    elif len(entries) > len(factors):
+        raise MeshplanError(
+            f"strategy.{kind}", label,
+            f"{len(entries)} levels, but {num_devices} devices span {len(factors)} network level(s) {factors}; "
+            "give one entry per level, innermost first",
+        )
+    else:
+        head = factors[: len(entries) - 1]
+        degrees = (*head, num_devices // math.prod(head))
+    groups, stride = [], 1
+    for d in degrees:
+        groups.append(Group(d, stride))
+        stride *= d
+    return Layout(kind, entries, degrees, tuple(groups))
+
+
+class _Builder:
+    """Collects tasks in issue order (the order MAD Max's per-device streams are filled in)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Task] = []
+        self.grad_syncs: dict[str, list[str]] = {}
+
+    def add(self, task: Task) -> str:
+        self.tasks.append(task)
+        return task.name
+
+    def compute(self, name, category, layer, deps=(), **work) -> str:
+        return self.add(Task(name, "compute", category, layer, tuple(d for d in deps if d), **work))
+
+    def comm(self, name, kind, layer, nbytes, group, deps=(), blocking=True) -> str | None:
+        if group is None or group.size <= 1 or nbytes <= 0:
+            return None
+        return self.add(Task(name, "comm", kind, layer, tuple(d for d in deps if d), comm_bytes=nbytes,
+                             group=group, blocking=blocking))
+
+
+@dataclass
+class _Dense:
+    """How one dense layer kind (bottom/top MLP, transformer, experts) runs on a device."""
+
+    name: str
+    layout: Layout
+    batch: float  # samples per TP group (the rows each GEMM sees before tp splits columns)
+    weight_bytes: float
+    grad_bytes: float
+    act_bytes: float
+    emb_bytes: float = 2.0  # bytes of a pooled-embedding element
+    copies: float = 1.0  # expert towers per device
+    rows_scale: float = 1.0  # routed tokens per sample per expert (MoE)
+    params: float = 0.0
+    activations: float = 0.0
+    gathered: float = 0.0
+    syncs: list[str] = field(default_factory=list)
+
+
+def _gemm_shape(op: DLRMOp, d: _Dense, tp: int) -> tuple[float, float, float]:
+    m = d.batch * op.rows * d.rows_scale
+    if op.tp == "column":
+        return m, op.k, op.n / tp
+    if op.tp == "row":
+        return m, op.k / tp, op.n
+    return m, op.k, op.n
+
+
+def _stream_bytes(op: DLRMOp, d: _Dense) -> float:
+    """HBM bytes a non-GEMM op moves in forward (backward moves twice as many)."""
+    return d.batch * (op.elements * d.act_bytes + op.pooled_elements * d.emb_bytes)
+
+
+def _layer_forward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict) -> tuple[str, ...]:
+    """Forward of one op of a dense kind: FSDP gather, the kernel, TP activation all-reduce."""
+    lay, tp = d.layout, d.layout.degree("tp")
+    shard = tp if op.tp != "none" else 1
+    gather = None
+    if op.params and lay.group("fsdp"):
+        after = prefetch.setdefault("fwd", [])
+        gather = b.comm(f"{tag}:ag_w", "all_gather", d.name, d.copies * op.params / shard * d.weight_bytes,
+                        lay.group("fsdp"), deps=(after[-2] if len(after) >= 2 else "",))
+        d.gathered = max(d.gathered, 2.0 * d.copies * op.params / shard * d.weight_bytes)
+    if op.kind == "gemm":
+        shape = _gemm_shape(op, d, tp)
+        work = {"gemms": (shape,) * int(d.copies), "kernel": "gemm"}
+        d.activations += d.copies * shape[0] * shape[1] * d.act_bytes
+        category = "gemm"
+    else:
+        work = {"flop": d.batch * op.flop / tp, "bytes": _stream_bytes(op, d) / tp, "kernel": op.kind}
+        d.activations += _stream_bytes(op, d) / tp / 2.0
+        category = "gemm" if op.kind == "attention" else "other"  # attention is batched matmuls
+    done = b.compute(f"{tag}", category, d.name, (*deps, gather), **work)
+    if gather:
+        prefetch["fwd"].append(done)
+    if op.tp == "row" and tp > 1:
+        m = d.batch * op.rows * d.rows_scale
+        reduced = b.comm(f"{tag}:ar_act", "all_reduce", d.name, d.copies * m * op.n * d.act_bytes, lay.group("tp"), deps=(done,))
+        return (done, reduced or "")
+    return (done,)
+
+
+def _layer_backward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict,
+                    input_grad: bool = True) -> tuple[str, ...]:
+    """Backward of one op: FSDP gather, input- and weight-gradient kernels, TP input-gradient
+    all-reduce (blocking), gradient reduce-scatter / all-reduce (non-blocking)."""
+    lay, tp = d.layout, d.layout.degree("tp")
+    shard = tp if op.tp != "none" else 1
+    gather = None
+    if op.params and lay.group("fsdp"):
+        after = prefetch.setdefault("bwd", [])
+        gather = b.comm(f"{tag}:ag_w_b", "all_gather", d.name, d.copies * op.params / shard * d.weight_bytes,
+                        lay.group("fsdp"), deps=(after[-2] if len(after) >= 2 else "",))
+    if op.kind == "gemm":
+        m, k, n = _gemm_shape(op, d, tp)
+        pair = ((m, n, k), (k, m, n)) if input_grad else ((k, m, n),)
+        work, category = {"gemms": pair * int(d.copies), "kernel": "gemm"}, "gemm"
+    else:
+        work = {"flop": 2.0 * d.batch * op.flop / tp, "bytes": 2.0 * _stream_bytes(op, d) / tp, "kernel": op.kind}
+        category = "gemm" if op.kind == "attention" else "other"
+    done = b.compute(f"{tag}:b", category, d.name, (*deps, gather), **work)
+    if gather:
+        prefetch["bwd"].append(done)
+    out = [done]
+    if op.tp == "column" and tp > 1 and input_grad:
+        m = d.batch * op.rows * d.rows_scale
+        reduced = b.comm(f"{tag}:ar_grad_in", "all_reduce", d.name, d.copies * m * op.k * d.act_bytes, lay.group("tp"), deps=(done,))
+        out.append(reduced or "")
+    if op.params:
+        grads = d.copies * op.params / shard * d.grad_bytes
+        scattered = b.comm(f"{tag}:rs_grad", "reduce_scatter", d.name, grads, lay.group("fsdp"), deps=(done,), blocking=False)
+        synced = b.comm(f"{tag}:ar_grad", "all_reduce", d.name, grads / lay.degree("fsdp"), lay.group("ddp"),
+                        deps=(scattered or done,), blocking=False)
+        d.syncs.extend(s for s in (scattered, synced) if s)
+        d.params += d.copies * op.params / shard / lay.degree("fsdp")
+    return tuple(out)
+
+
+def _unrolled(blocks: tuple[DLRMBlock, ...]) -> list[tuple[str, DLRMOp]]:
+    """(tag, op) in execution order: blocks kept as (block, count) in the graph, unrolled here so
+    that each layer's collectives can overlap the next layer's compute (MAD Max Fig. 6)."""
+    out, index = [], 0
+    for block in blocks:
+        for _ in range(block.count):
+            for op in block.ops:
+                out.append((f"{block.name}{index}:{op.name.split(':')[-1]}", op))
+                index += 1
+    return out
+
+
+def _run(b: _Builder, d: _Dense, ops: list[tuple[str, DLRMOp]], deps: tuple[str, ...], backward: bool,
+         first_input_grad: bool = True) -> tuple[str, ...]:
+    prefetch: dict = {}
+    seq = list(reversed(ops)) if backward else ops
+    for i, (tag, op) in enumerate(seq):
+        if backward:
+            needs_input = first_input_grad or i < len(seq) - 1
+            deps = _layer_backward(b, op, d, tag, deps, prefetch, input_grad=needs_input)
+        else:
+            deps = _layer_forward(b, op, d, tag, deps, prefetch)
+    return deps
+
+
+def build_dlrm_program(
+    graph: DLRMGraph, cluster: Cluster, num_devices: int, strategy: Strategy, global_batch_size: int, precision: str,
+) -> DLRMProgram:
+    """One device's tasks and memory for ``graph`` under ``strategy`` (MAD Max Sec. 4.3)."""
+    m, n, batch = graph.model, num_devices, global_batch_size
+    if batch % n:
+        raise MeshplanError("global_batch_size", batch, f"must be a multiple of the device count {n} (each device owns an equal share of the samples)")
+    factors = level_factors(cluster, n)
+    kinds = ["embedding", "dense", *(["transformer"] if m.interaction == "transformer" else []), *(["moe"] if m.moe else [])]
+    entries = {k: strategy.of(k) or (("ep", "ddp") if len(factors) > 1 else ("ep",)) for k in kinds}
+    layouts = {k: layout(k, e, factors, n, "(" + ",".join(e) + ")") for k, e in entries.items()}
+    act, wb = BYTES_PER_ELEMENT[precision], m.bytes_per_dense_param
+    local = batch / n
+    b = _Builder()
+
+    # embedding bags: each device looks its tables up for every sample of its mp group
+    emb = layouts["embedding"]
+    mp, emb_batch = emb.degree("mp"), batch / emb.degree("ddp")
+    lookup = emb_batch * graph.embedding.lookup_bytes / mp
+    pooled = emb_batch * m.tables / mp * m.embedding_dim * m.bytes_per_emb_param
+    emb_f = b.compute("emb:f", "embedding_lookup", "embedding", lookup_bytes=lookup, kernel="lookup")
+    a2a_f = b.comm("emb:a2a_f", "all_to_all", "embedding", pooled, emb.group("mp"), deps=(emb_f,))
+
+    dense = layouts["dense"]
+    bottom = _Dense("bottom", dense, batch / dense.replicas, wb, wb, act)
+    bottom_ops = _unrolled(graph.bottom)
+    bottom_end = _run(b, bottom, bottom_ops, (), backward=False)
+
+    # interaction: on the device's own samples (replicated weights), or transformer layers with
+    # their own strategy; its output is replicated over `shared` (a TP group) or not at all
+    ready = (a2a_f or emb_f, *bottom_end)
+    shared = None
+    if m.interaction == "transformer":
+        lay = layouts["transformer"]
+        inter = _Dense("transformer", lay, batch / lay.replicas, wb, wb, act)
+        t = m.transformer
+        gather = b.comm("transformer:ag_in", "all_gather", "transformer", inter.batch * t.seq_len * t.hidden_size * act,
+                        lay.group("tp"), deps=ready)
+        ready = (*ready, gather or "")
+        shared = lay.group("tp")
+    else:
+        inter = _Dense("interaction", layout("interaction", ("ddp",), factors, n, "(ddp)"), local, wb, wb, act,
+                       emb_bytes=m.bytes_per_emb_param)
+    inter_ops = _unrolled(graph.interaction)
+    inter_end = _run(b, inter, inter_ops, ready, backward=False)
+
+    # top MLP (or expert towers)
+    top_out = m.top_layers[-1][1]
+    if m.moe:
+        lay = layouts["moe"]
+        ep = lay.degree("ep")
+        if m.moe.num_experts % ep:
+            raise MeshplanError("strategy.moe", "(" + ",".join(lay.entries) + ")",
+                                f"the ep degree {ep} must divide num_experts ({m.moe.num_experts})")
+        top = _Dense("moe", lay, batch / lay.replicas, wb, wb, act, copies=m.moe.num_experts / ep,
+                     rows_scale=m.moe.top_k / m.moe.num_experts)
+        dispatch_bytes = local * m.moe.top_k * m.interaction_out * act
+        combine_bytes = local * m.moe.top_k * top_out * act
+    else:
+        top = _Dense("top", dense, batch / dense.replicas, wb, wb, act)
+        dispatch_bytes = combine_bytes = 0.0
+    gather_top = None
+    if top.layout.group("tp") and top.layout.group("tp") != shared:
+        gather_top = b.comm("top:ag_in", "all_gather", top.name, top.batch * m.interaction_out * act, top.layout.group("tp"), deps=inter_end)
+    dispatch = b.comm("moe:a2a_dispatch", "all_to_all", "moe", dispatch_bytes, top.layout.group("ep"), deps=inter_end)
+    top_ops = _unrolled(graph.top)
+    top_end = _run(b, top, top_ops, (*inter_end, gather_top or "", dispatch or ""), backward=False)
+    combine = b.comm("moe:a2a_combine", "all_to_all", "moe", combine_bytes, top.layout.group("ep"), deps=top_end)
+    loss = b.compute("loss", "other", "loss", (*top_end, combine or ""), bytes=local * graph.loss.elements * act,
+                     kernel="elementwise")
+
+    # backward, reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all, bottom, lookups
+    combine_b = b.comm("moe:a2a_combine_b", "all_to_all", "moe", combine_bytes, top.layout.group("ep"), deps=(loss,))
+    top_b = _run(b, top, top_ops, (loss, combine_b or ""), backward=True)
+    dispatch_b = b.comm("moe:a2a_dispatch_b", "all_to_all", "moe", dispatch_bytes, top.layout.group("ep"), deps=top_b)
+    inter_b = _run(b, inter, inter_ops, (*top_b, dispatch_b or ""), backward=True)
+    a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb.group("mp"), deps=inter_b)
+    _run(b, bottom, bottom_ops, inter_b, backward=True, first_input_grad=False)
+    emb_b = b.compute("emb:b", "embedding_lookup", "embedding", (*inter_b, a2a_b or ""), lookup_bytes=lookup, kernel="lookup")
+    # replicated tables: all-reduce the looked-up rows' gradients (MAD Max artifact: lookup bytes)
+    b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb.group("ddp"), deps=(emb_b,), blocking=False)
+    kinds_dense = (bottom, inter, top)
+    for d in kinds_dense:
+        if d.params:
+            traffic = optimizer_traffic_bytes(d.params, wb, m.dense_optimizer)
+            b.compute(f"{d.name}:optimizer", "other", "optimizer", tuple(d.syncs), bytes=traffic, kernel="elementwise")
+
+    emb_weights, emb_state = embedding_state_bytes(m.total_rows, m.embedding_params, m.bytes_per_emb_param, m.embedding_optimizer, mp)
+    weights, grads, states = dense_state_bytes(sum(d.params for d in kinds_dense), wb, m.dense_optimizer)
+    buffers = pooled + local * m.tables * m.embedding_dim * m.bytes_per_emb_param
+    indices = emb_batch * m.lookups_per_sample / mp * INDEX_BYTES
+    memory = DLRMMemory(
+        embedding_weights_bytes=emb_weights,
+        embedding_optimizer_bytes=emb_state,
+        dense_weights_bytes=weights,
+        dense_gradients_bytes=grads,
+        dense_optimizer_bytes=states,
+        gathered_weights_bytes=max(d.gathered for d in kinds_dense),
+        activations_bytes=sum(d.activations for d in kinds_dense) + buffers + indices,
+        capacity_bytes=cluster.device.hbm_bytes,
+    )
+    return DLRMProgram(graph, cluster, strategy, n, batch, precision, layouts, tuple(b.tasks), memory)
