@@ -139,10 +139,9 @@ def test_validate_json_reports_every_case(monkeypatch, capsys):
             assert math.isclose(r["relative_error"], expected, rel_tol=1e-9)
     dlrm = [r for r in results if "dlrm" in r["id"]]
     assert dlrm
-    for r in dlrm:
-        assert r["relative_error"] is None
-        assert r["predicted_step_time_s"] is None
-        assert r["skipped"]
+    for r in dlrm:  # DLRM cases run (MAD Max default strategy), tests/test_dlrm.py holds their target
+        assert r["skipped"] is None
+        assert r["predicted_step_time_s"] > 0 and r["relative_error"] is not None
 
 
 def test_catalog_list(monkeypatch, capsys):

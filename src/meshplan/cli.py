@@ -25,7 +25,7 @@ _PLAN_FLAGS = {
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "global_batch": "global_batch_size",
     "micro_batch": "micro_batch_size", "seq_len": "seq_len", "vpp": "virtual_pipeline_stages",
     "schedule": "schedule", "zero": "zero_stage", "recompute": "recompute", "precision": "precision",
-    "sequence_parallel": "sequence_parallel",
+    "sequence_parallel": "sequence_parallel", "strategy": "strategy",
 }
 
 
@@ -58,6 +58,7 @@ def estimate(
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time and GPU-hours."),
+    strategy: Optional[str] = typer.Option(None, help="DLRM: per-layer-kind strategy, innermost level first, e.g. 'embedding=(mp) dense=(tp,ddp)' (MAD Max)."),
     task_kind: Optional[str] = typer.Option(None, "--task", help="pretrain, finetune or inference."),
     frozen_layers: Optional[int] = typer.Option(None, help="Finetune: leading decoder layers kept frozen."),
     batch: Optional[int] = typer.Option(None, help="Inference: sequences served at once."),
@@ -87,6 +88,8 @@ def estimate(
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
     scenario = api.scenario(model_ref, cluster_ref, plan, devices or cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
+    from meshplan.timeline.dlrm import DLRMEstimate
+
     if trace:
         try:
             trace.write_text(json.dumps(api.trace(scenario)))
@@ -96,8 +99,12 @@ def estimate(
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
         from meshplan.report import estimate_table, inference_table
+        from meshplan.report_dlrm import dlrm_table
 
-        _console().print(inference_table(result) if scenario.task.kind == "inference" else estimate_table(result))
+        if isinstance(result, DLRMEstimate):
+            _console().print(dlrm_table(result))
+        else:
+            _console().print(inference_table(result) if scenario.task.kind == "inference" else estimate_table(result))
         if trace:
             _console(stderr=True).print(f"trace written to {trace} (open in ui.perfetto.dev)")
     if not result.fits:
@@ -106,7 +113,9 @@ def estimate(
             "memory",
             f"{result.memory.total_bytes / 1e9:.1f} GB per device",
             f"the device holds {result.memory.capacity_bytes / 1e9:.1f} GB",
-            hint="try a higher --zero stage, --recompute full, more --tp or --pp, or a smaller --micro-batch",
+            hint="shard the embeddings (embedding=(mp)) or the dense layers (tp, fsdp), or use more devices"
+            if isinstance(result, DLRMEstimate) else
+            "try a higher --zero stage, --recompute full, more --tp or --pp, or a smaller --micro-batch",
         )
 
 
@@ -280,7 +289,8 @@ def catalog_list(kind: Optional[str] = typer.Argument(None, help="devices, clust
     """List the ids in the built-in catalog."""
     from meshplan import catalog
 
-    kinds = {"devices": catalog.device_ids, "clusters": catalog.cluster_ids, "models": catalog.model_ids}
+    kinds = {"devices": catalog.device_ids, "clusters": catalog.cluster_ids,
+             "models": lambda: [*catalog.model_ids(), *catalog.dlrm_model_ids()]}
     if kind is not None and kind not in kinds:
         raise MeshplanError("kind", kind, f"one of {', '.join(kinds)}")
     for name, ids in kinds.items():

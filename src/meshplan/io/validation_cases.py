@@ -1,7 +1,9 @@
 """Read validation cases (shared/validation/SCHEMA.md, schema v1) and predict each one.
 
-Unknown extra keys are kept and ignored. Cases meshplan cannot model yet (MoE, DLRM) are
-reported with a ``skipped`` reason, never dropped silently.
+Unknown extra keys are kept and ignored. DLRM cases (``arch: dlrm``) run with MAD Max's default
+strategy (embeddings model-parallel, dense layers data-parallel) unless ``parallelism`` gives one
+(``strategy: "embedding=(mp) dense=(tp,ddp)"`` or ``embedding:``/``dense:`` lists). Cases meshplan
+cannot model yet are reported with a ``skipped`` reason, never dropped silently.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 from meshplan import catalog
 from meshplan.errors import MeshplanError
 from meshplan.io.files import load_yaml_or_json
+from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.strategy import LAYER_KINDS
 
 _MODEL_FIELDS = (
     "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
@@ -76,6 +80,29 @@ def case_inputs(case: dict, where: str) -> dict:
     }
 
 
+_DLRM_FIELDS = tuple(f for f in DLRMModel.model_fields if f not in ("arch", "id", "name", "sources"))
+
+
+def dlrm_case_inputs(case: dict, where: str) -> dict:
+    """Keyword arguments for ``meshplan.estimate`` from one DLRM case (SCHEMA.md, DLRM cases)."""
+    model = _get(case, "model", where)
+    model_data = {k: model[k] for k in _DLRM_FIELDS if model.get(k) is not None}
+    model_data.update(arch="dlrm", id=str(case.get("id", "case")), name=str(model.get("name", "")))
+    par = case.get("parallelism") or {}
+    strategy = par.get("strategy") or {k: v for k, v in par.items() if k in LAYER_KINDS}
+    plan = {"global_batch_size": _get(case, "batch.global_batch_samples", where)}
+    if strategy:
+        plan["strategy"] = strategy
+    if case.get("precision"):
+        plan["precision"] = case["precision"]  # the MLPs' matmul precision (SCHEMA.md)
+    return {
+        "model": model_data,
+        "cluster": _get(case, "hardware.cluster", where),
+        "num_devices": _get(case, "hardware.num_devices", where),
+        "plan": plan,
+    }
+
+
 def load_cases(path: str | Path) -> list[dict]:
     data = load_yaml_or_json(path)
     if not isinstance(data, list):
@@ -93,12 +120,13 @@ def run_case(case: dict, index: int) -> CaseResult:
     group = str(case.get("group", "ungrouped"))
     measured = (case.get("measured") or {}).get("step_time_s")
     arch = (case.get("model") or {}).get("arch", "dense")
-    if arch != "dense":
+    if arch not in ("dense", "dlrm"):
         return CaseResult(case_id, group, measured, None, None, skipped=f"arch '{arch}' is not modelled yet")
     cluster_id = (case.get("hardware") or {}).get("cluster")
     if cluster_id not in catalog.cluster_ids():
         return CaseResult(case_id, group, measured, None, None, skipped=f"cluster '{cluster_id}' is not in the catalog")
-    result = estimate(**case_inputs(case, case_id))
+    inputs = dlrm_case_inputs(case, case_id) if arch == "dlrm" else case_inputs(case, case_id)
+    result = estimate(**inputs)
     error = None if not measured else (result.step_time_s - measured) / measured
     return CaseResult(case_id, group, measured, result.step_time_s, error, fits=result.fits)
 
