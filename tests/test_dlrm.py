@@ -248,6 +248,36 @@ def test_faster_scale_out_network_is_faster():
     assert dlrm(cluster=faster).samples_per_s > 1.5 * dlrm().samples_per_s
 
 
+GRID = [
+    ("dlrm-a", "embedding=(mp) dense=(fsdp,ddp)"),
+    ("dlrm-a", "embedding=(mp,ddp) dense=(tp,fsdp)"),
+    ("dlrm-a-transformer", "embedding=(mp) dense=(tp,ddp) transformer=(fsdp)"),
+    ("dlrm-a-moe", "embedding=(mp) dense=(ddp) moe=(tp,ddp)"),
+    ("mlperf-dlrm-dcnv2", "embedding=(mp) dense=(tp,ddp)"),
+]
+
+
+def _scaled(cluster_id, hbm=1.0, network=1.0):
+    cluster = catalog.cluster(cluster_id)
+    device = cluster.device.model_copy(update={"hbm_bytes_per_s": hbm * cluster.device.hbm_bytes_per_s})
+    levels = tuple(lvl.model_copy(update={"bytes_per_s": network * lvl.bytes_per_s}) for lvl in cluster.levels)
+    return cluster.model_copy(update={"device": device, "levels": levels})
+
+
+@pytest.mark.parametrize("model_id, strategy", GRID)
+def test_invariants_and_more_bandwidth_is_never_slower(model_id, strategy):
+    """Streams never beat their busiest one or lose to running everything in a row; the memory
+    breakdown adds up; more HBM or network bandwidth never slows an iteration (tasks keep their
+    issue order, so every finish time is a max-plus expression of the durations)."""
+    e = dlrm(model_id, strategy=strategy)
+    assert e.compute_s <= e.iteration_s <= e.serialized_s
+    assert e.exposed_comm_s <= e.comm_s
+    parts = {k: v for k, v in e.memory.as_dict().items() if k not in ("capacity_bytes", "total_bytes")}
+    assert e.memory.total_bytes == pytest.approx(sum(parts.values()))
+    for faster in (_scaled(ZIONEX, hbm=2.0), _scaled(ZIONEX, network=2.0)):
+        assert dlrm(model_id, strategy=strategy, cluster=faster).iteration_s <= e.iteration_s * (1 + 1e-9)
+
+
 def test_mlperf_dcnv2_runs_on_a_dgx():
     e = dlrm("mlperf-dlrm-dcnv2", batch=65536, devices=8, cluster="dgx-a100-80gb")
     assert e.fits and e.precision == "tf32"
@@ -296,6 +326,9 @@ def test_validation_case_runs():
     r = run_case(case, 0)
     assert r.skipped is None and r.fits
     assert abs(r.relative_error) < 0.15  # MAD Max Table 1's tolerance
+    # a case may give only the per-GPU batch, and its own strategy under `parallelism`
+    case = {**case, "batch": {"per_gpu_batch": 512}, "parallelism": {"dense": ["tp", "ddp"]}}
+    assert run_case(case, 0).predicted_step_time_s == pytest.approx(dlrm(strategy="embedding=(mp) dense=(tp,ddp)", precision="fp16").iteration_s)
 
 
 def test_cli_estimate_json(monkeypatch, capsys):

@@ -90,7 +90,12 @@ def dlrm_case_inputs(case: dict, where: str) -> dict:
     model_data.update(arch="dlrm", id=str(case.get("id", "case")), name=str(model.get("name", "")))
     par = case.get("parallelism") or {}
     strategy = par.get("strategy") or {k: v for k, v in par.items() if k in LAYER_KINDS}
-    plan = {"global_batch_size": _get(case, "batch.global_batch_samples", where)}
+    batch = _get(case, "batch", where)
+    if batch.get("global_batch_samples") is None and batch.get("per_gpu_batch") is not None:
+        per_gpu, devices = batch["per_gpu_batch"], _get(case, "hardware.num_devices", where)
+        plan = {"global_batch_size": per_gpu * devices if isinstance(per_gpu, int) and isinstance(devices, int) else per_gpu}
+    else:
+        plan = {"global_batch_size": _get(case, "batch.global_batch_samples", where)}
     if strategy:
         plan["strategy"] = strategy
     if case.get("precision"):
