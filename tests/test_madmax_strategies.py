@@ -51,3 +51,22 @@ def test_unmodelled_strategy_is_a_clear_error():
     with pytest.raises(MeshplanError) as err:
         plan_for_strategy(("ddp", "fsdp"), CLUSTER, 64)
     assert err.value.field == "strategy.transformer"
+
+
+def test_strategy_string_for_a_transformer_model():
+    e = api.estimate("llama2-70b", "dgx-a100-80gb", num_devices=128, strategy="transformer=(ddp,tp)",
+                     global_batch_size=128, recompute="full")
+    assert (e.plan["tp"], e.plan["dp"], e.plan["order"]) == (16, 8, "dp-cp-tp-pp")
+    with pytest.raises(MeshplanError) as err:
+        api.estimate("llama2-70b", "dgx-a100-80gb", num_devices=128, strategy="transformer=(ddp,tp)", tp=8,
+                     global_batch_size=128)
+    assert err.value.field == "plan.tp"
+
+
+def test_dlrm_search_ranks_strategies():
+    """MAD Max Fig. 9: for DLRM-A on 128 A100s, hierarchical dense strategies beat the FSDP baseline."""
+    result = api.search("dlrm-a", "zionex-a100", 128, global_batch_size=65536, top=20)
+    labels = [r["strategy"] for r in result.top]
+    assert labels.index("embedding=(mp) dense=(tp,ddp)") < labels.index("embedding=(mp) dense=(fsdp)")
+    assert all("embedding=(mp)" in label for label in labels)  # replicated tables never fit
+    assert result.infeasible_memory > 0

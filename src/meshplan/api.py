@@ -9,16 +9,19 @@ from meshplan.costs.costed import cost_program
 from meshplan.errors import MeshplanError
 from meshplan.explore.search import ROW_TYPES, SearchResult
 from meshplan.explore.search import search as run_search
+from meshplan.explore.dlrm_search import search_dlrm
 from meshplan.explore.executors import make_executor
 from meshplan.explore.pareto import devices_front, memory_front
 from meshplan.explore.serving import search_serving
 from meshplan.explore.space import SearchSpace
 from meshplan.explore.store import PlanStore
 from meshplan.io.hf_config import model_from_hf_config
+from meshplan.parallel.hierarchy import plan_for_strategy
 from meshplan.parallel.program import build_program
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
 from meshplan.specs.base import build
 from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.strategy import Strategy
 from meshplan.specs.dlrm_scenario import DLRMScenario, make_dlrm_scenario
 from meshplan.timeline.dlrm import DLRMEstimate, dlrm_chrome_trace, estimate_dlrm
 from meshplan.timeline.estimate import Estimate
@@ -62,13 +65,29 @@ def scenario(
     resolved = resolve_model(model)
     if isinstance(resolved, DLRMModel):
         return make_dlrm_scenario(resolved, resolve_cluster(cluster), plan_data, num_devices, task)
+    resolved_cluster = resolve_cluster(cluster)
+    if plan_data.get("strategy") is not None:
+        plan_data = _transformer_strategy(plan_data, resolved_cluster, num_devices)
     return make_scenario(
         resolved,
-        resolve_cluster(cluster),
+        resolved_cluster,
         build(Plan, plan_data, "plan"),
         num_devices,
         build(Task, task or {}, "task"),
     )
+
+
+def _transformer_strategy(plan_data: dict, cluster: Cluster, num_devices: int | None) -> dict:
+    """A MAD Max strategy for a transformer model becomes plan fields (tp, dp, ZeRO, mesh order);
+    fields the plan also sets explicitly must agree with it."""
+    strategy = build(Strategy, plan_data.pop("strategy"), "strategy")
+    if num_devices is None:
+        raise MeshplanError("num_devices", None, "give the device count with a strategy")
+    fields = plan_for_strategy(strategy.of("transformer"), cluster, num_devices)
+    for key, value in fields.items():
+        if key in plan_data and plan_data[key] != value:
+            raise MeshplanError(f"plan.{key}", plan_data[key], f"the strategy {strategy.label} implies {key}={value}")
+    return {**plan_data, **fields}
 
 
 def estimate(
@@ -119,8 +138,7 @@ def search_job(model, cluster, num_devices, plan=None, space=None, task=None, **
         raise MeshplanError("num_devices", num_devices, "must be a positive integer")
     resolved = resolve_model(model)
     if isinstance(resolved, DLRMModel):
-        raise MeshplanError("model", resolved.id, "search covers transformer models so far; compare DLRM "
-                            "strategies with estimate (--strategy 'embedding=(mp) dense=(tp,ddp)')")
+        return (resolved, resolve_cluster(cluster), num_devices, plan_data, None, task)
     return (
         resolved,
         resolve_cluster(cluster),
@@ -163,6 +181,11 @@ def search(
     """
     job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
     resolved_model, resolved_cluster, _, base, resolved_space, resolved_task = job
+    if isinstance(resolved_model, DLRMModel):  # per-layer-kind strategies (MAD Max Sec. 2.2)
+        result = search_dlrm(resolved_model, resolved_cluster, num_devices, base, top, resolved_task)
+        if not result.top:
+            raise _nothing_fits(result, num_devices, resolved_cluster.device.hbm_bytes)
+        return result
     plan_store = None
     if store is not None:
         job = {

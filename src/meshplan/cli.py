@@ -58,7 +58,7 @@ def estimate(
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time and GPU-hours."),
-    strategy: Optional[str] = typer.Option(None, help="DLRM: per-layer-kind strategy, innermost level first, e.g. 'embedding=(mp) dense=(tp,ddp)' (MAD Max)."),
+    strategy: Optional[str] = typer.Option(None, help="Per-layer-kind strategy, innermost network level first (MAD Max), e.g. 'embedding=(mp) dense=(tp,ddp)' for a DLRM or 'transformer=(tp,ddp)' for an LLM."),
     task_kind: Optional[str] = typer.Option(None, "--task", help="pretrain, finetune or inference."),
     frozen_layers: Optional[int] = typer.Option(None, help="Finetune: leading decoder layers kept frozen."),
     batch: Optional[int] = typer.Option(None, help="Inference: sequences served at once."),
@@ -173,15 +173,16 @@ def search(
     task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
     task.update({k: v for k, v in task_flags.items() if v is not None})
     serving = task.get("kind") == "inference"
-    if serving and (pareto or store):
-        raise MeshplanError("--task", "inference", "--pareto and --store are for training searches")
+    if (serving or _is_dlrm(model_ref)) and (pareto or store):
+        raise MeshplanError("--pareto", True, "--pareto and --store are for transformer training searches")
     with _progress("evaluating plans") as report:
         result = api.search(
             model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, task,
             progress=report, executor=executor, workers=workers, store=str(store) if store else None,
         )
     fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), _section(cfg, "task")) if pareto else None
-    runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not serving else None
+    dlrm = bool(result.top) and "strategy" in result.top[0]
+    runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not (serving or dlrm) else None
     summary = (
         f"{result.space_size} points in the space, {result.candidates} valid plans, {result.evaluated} evaluated "
         f"exactly ({result.infeasible_memory} do not fit, {result.reused} reused from the store), {result.wall_s:.2f} s"
@@ -193,10 +194,10 @@ def search(
             payload["pareto"] = fronts
         typer.echo(json.dumps(payload, indent=2))
     else:
-        from meshplan.report import front_table, runner_up_line, search_table, serving_table
+        from meshplan.report import dlrm_search_table, front_table, runner_up_line, search_table, serving_table
 
         console = _console()
-        console.print(serving_table(result) if serving else search_table(result))
+        console.print(serving_table(result) if serving else dlrm_search_table(result) if dlrm else search_table(result))
         if runner_up:
             console.print(runner_up_line(runner_up))
         if fronts:
@@ -230,6 +231,13 @@ def results_query(
     for row in rows:
         table.add_row(*(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row))
     _console().print(table)
+
+
+def _is_dlrm(model_ref) -> bool:
+    from meshplan.api import resolve_model
+    from meshplan.specs.dlrm import DLRMModel
+
+    return isinstance(resolve_model(model_ref), DLRMModel)
 
 
 class _progress:

@@ -150,3 +150,15 @@ def serving_table(result) -> Table:
             "memory bound" if r["decode_memory_bound"] else "compute bound",
         )
     return table
+
+
+def dlrm_search_table(result) -> Table:
+    table = Table(title=f"Best {len(result.top)} DLRM strategies (of {result.candidates})", header_style="bold")
+    for col in ("rank", "strategy", "iteration", "MQPS", "comm exposed", "memory"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for rank, r in enumerate(result.top, start=1):
+        table.add_row(
+            str(rank), r["strategy"], format_seconds(r["step_time_s"]), f"{r['samples_per_s'] / 1e6:.3g}",
+            f"{r['comm_exposed_fraction']:.0%}", format_bytes(r["memory_bytes"]),
+        )
+    return table
