@@ -91,3 +91,15 @@ def test_search_covers_expert_parallelism():
     result = api.search("mixtral-8x7b", "dgx-h100", 64, global_batch_size=256, seq_len=4096, top=3,
                         space={"tp": [1, 2], "pp": [1, 2], "recompute": ["full"], "micro_batch_size": [1]})
     assert {row["ep"] for row in result.evaluated_rows} > {1}
+
+
+def test_validation_reads_moe_cases():
+    """SCHEMA.md's moe block (experts, top_k, expert FFN size) is read and predicted, not skipped."""
+    from meshplan.io.validation_cases import validate
+
+    [result] = validate(Path(__file__).parent / "fixtures" / "moe_case.yaml")
+    assert result.skipped is None and result.predicted_step_time_s > 0
+    direct = api.estimate("mixtral-8x7b", "dgx-h100", num_devices=64, tp=2, ep=8, zero_stage=1, recompute="full",
+                          global_batch_size=256, micro_batch_size=1, seq_len=4096)
+    # the schema has no norm field, so the case uses layernorm where Mixtral has RMSNorm
+    assert result.predicted_step_time_s == pytest.approx(direct.step_time_s, rel=0.01)

@@ -48,11 +48,21 @@ def _get(case: dict, path: str, where: str):
 
 
 def case_inputs(case: dict, where: str) -> dict:
-    """Keyword arguments for ``meshplan.estimate`` from one dense case."""
+    """Keyword arguments for ``meshplan.estimate`` from one dense or MoE case."""
     model = _get(case, "model", where)
     model_data = {k: model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
     model_data["id"] = str(case.get("id", "case"))
     model_data["name"] = str(model.get("name", ""))
+    if model.get("arch") == "moe":  # SCHEMA.md's moe block: experts, top_k, expert FFN, shared, leading dense
+        moe = dict(_get(case, "model.moe", where))
+        model_data["arch"] = "moe"
+        model_data["moe"] = {
+            "num_experts": moe.get("num_experts"),
+            "top_k": moe.get("top_k"),
+            "expert_ffn_hidden_size": moe.get("expert_ffn_hidden_size"),
+            "shared_experts": moe.get("shared_experts", 0),
+            "first_dense_layers": moe.get("first_dense_layers", 0),
+        }
     batch = _get(case, "batch", where)
     par = case.get("parallelism") or {}
     hardware = _get(case, "hardware", where)
@@ -125,7 +135,7 @@ def run_case(case: dict, index: int) -> CaseResult:
     group = str(case.get("group", "ungrouped"))
     measured = (case.get("measured") or {}).get("step_time_s")
     arch = (case.get("model") or {}).get("arch", "dense")
-    if arch not in ("dense", "dlrm"):
+    if arch not in ("dense", "moe", "dlrm"):
         return CaseResult(case_id, group, measured, None, None, skipped=f"arch '{arch}' is not modelled yet")
     cluster_id = (case.get("hardware") or {}).get("cluster")
     if cluster_id not in catalog.cluster_ids():
