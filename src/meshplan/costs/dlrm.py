@@ -5,11 +5,9 @@
   profile's matmul curve gives ~69% on large A100 GEMMs, MAD Max uses ~70%).
 - Embedding lookups: bytes / (HBM bandwidth x EMBEDDING_HBM_UTILIZATION) (MAD Max Sec. 4.2,
   "Embedding Bags").
-- Collectives: meshplan.costs.collectives over the levels a group spans, on
-  ``dlrm_network(cluster)``: every device of a node drives its own link into the next level
-  (MAD Max Sec. 4.3: the all-to-all's effective bandwidth is the per-device RoCE/InfiniBand
-  bandwidth; its artifact's effective inter-node bandwidth is a node's NIC bandwidth over its
-  devices, for all-reduce too; ZionEX has one RoCE NIC per GPU, Mudigere et al. ISCA 2022).
+- Collectives: meshplan.costs.collectives over the levels a group spans, as for transformers
+  (the cluster's ``rails`` say how many NICs of a node one collective drives; ZionEX's come from
+  MAD Max Sec. 4.3).
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from meshplan import catalog
 from meshplan.costs.collectives import GroupSpan, collective_s, group_span
 from meshplan.costs.compute import Roofline
 from meshplan.parallel.dlrm import DLRMProgram, Group, Task
-from meshplan.specs.cluster import Cluster
 from meshplan.specs.device import BYTES_PER_ELEMENT
 
 #: achieved fraction of HBM bandwidth for embedding-bag lookups: "typical values for embedding
@@ -33,16 +30,6 @@ class CostedTask:
     stream: str  # "compute", or "comm:<level>": collectives queue per network level they cross
     duration_s: float
     span: GroupSpan | None = None
-
-
-def dlrm_network(cluster: Cluster) -> Cluster:
-    """The cluster as DLRM collectives see it: at each level, every device of the domain below
-    drives its own link (``rails`` = devices per lower domain); see the module docstring."""
-    levels, inner = [], 1
-    for level in cluster.levels:
-        levels.append(level.model_copy(update={"rails": max(level.rails, inner)}))
-        inner = level.size or inner
-    return cluster.model_copy(update={"levels": tuple(levels)})
 
 
 def lookup_s(lookup_bytes: float, roofline: Roofline, hbm_bytes_per_s: float) -> float:
@@ -69,14 +56,13 @@ def cost_dlrm_program(program: DLRMProgram) -> tuple[CostedTask, ...]:
     device = cluster.device
     roofline = Roofline.of(device, catalog.efficiency(device.efficiency), program.precision)
     element_bytes = BYTES_PER_ELEMENT[program.precision]
-    network = dlrm_network(cluster)
     spans: dict[Group, GroupSpan] = {}
     out = []
     for task in program.tasks:
         if task.stream == "compute":
             out.append(CostedTask(task, "compute", compute_s(task, roofline, element_bytes, device.hbm_bytes_per_s)))
             continue
-        span = spans.get(task.group) or spans.setdefault(task.group, group_span(network, task.group.size, task.group.stride))
+        span = spans.get(task.group) or spans.setdefault(task.group, group_span(cluster, task.group.size, task.group.stride))
         stream = f"comm:{max(span.levels)}" if span.hops else "comm:0"
         out.append(CostedTask(task, stream, collective_s(task.category, task.comm_bytes, span), span))
     return tuple(out)
