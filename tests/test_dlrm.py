@@ -358,3 +358,13 @@ def test_cli_catalog_lists_and_shows_dlrm(monkeypatch, capsys):
     assert code == 0 and "dlrm-a" in out.split() and "mlperf-dlrm-dcnv2" in out.split()
     code, out, _ = run_cli(monkeypatch, capsys, "catalog", "show", "dlrm-b")
     assert code == 0 and "sources" in out
+
+
+def test_dlrm_inference_runs_forward_only():
+    """MAD Max Fig. 11b: inference runs the forward pass only, with no gradients or optimizer state."""
+    train = meshplan.estimate("dlrm-a", "zionex-a100", num_devices=128, global_batch_size=65536)
+    serve = meshplan.estimate("dlrm-a", "zionex-a100", num_devices=128, global_batch_size=65536, task={"kind": "inference"})
+    assert serve.samples_per_s > 2 * train.samples_per_s
+    assert serve.memory.dense_gradients_bytes == 0 and serve.memory.dense_optimizer_bytes == 0
+    assert serve.memory.embedding_optimizer_bytes == 0
+    assert serve.memory.embedding_weights_bytes == train.memory.embedding_weights_bytes

@@ -279,8 +279,12 @@ def _run(b: _Builder, d: _Dense, ops: list[tuple[str, DLRMOp]], deps: tuple[str,
 
 def build_dlrm_program(
     graph: DLRMGraph, cluster: Cluster, num_devices: int, strategy: Strategy, global_batch_size: int, precision: str,
+    training: bool = True,
 ) -> DLRMProgram:
-    """One device's tasks and memory for ``graph`` under ``strategy`` (MAD Max Sec. 4.3)."""
+    """One device's tasks and memory for ``graph`` under ``strategy`` (MAD Max Sec. 4.3).
+
+    Inference (``training=False``) runs the forward tasks only (MAD Max Fig. 11b): no loss, no
+    backward, no optimizer, and no gradients or optimizer states in memory."""
     m, n, batch = graph.model, num_devices, global_batch_size
     if batch % n:
         raise MeshplanError("global_batch_size", batch, f"must be a multiple of the device count {n} (each device owns an equal share of the samples)")
@@ -345,27 +349,14 @@ def build_dlrm_program(
     top_ops = _unrolled(graph.top)
     top_end = _run(b, top, top_ops, (*inter_end, gather_top or "", dispatch or ""), backward=False)
     combine = b.comm("moe:a2a_combine", "all_to_all", "moe", combine_bytes, top.layout.group("ep"), deps=top_end)
-    loss = b.compute("loss", "other", "loss", (*top_end, combine or ""), bytes=local * graph.loss.elements * act,
-                     kernel="elementwise")
-
-    # backward, reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all, bottom, lookups
-    combine_b = b.comm("moe:a2a_combine_b", "all_to_all", "moe", combine_bytes, top.layout.group("ep"), deps=(loss,))
-    top_b = _run(b, top, top_ops, (loss, combine_b or ""), backward=True)
-    dispatch_b = b.comm("moe:a2a_dispatch_b", "all_to_all", "moe", dispatch_bytes, top.layout.group("ep"), deps=top_b)
-    inter_b = _run(b, inter, inter_ops, (*top_b, dispatch_b or ""), backward=True)
-    a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb.group("mp"), deps=inter_b)
-    _run(b, bottom, bottom_ops, inter_b, backward=True, first_input_grad=False)
-    emb_b = b.compute("emb:b", "embedding_lookup", "embedding", (*inter_b, a2a_b or ""), lookup_bytes=lookup, kernel="lookup")
-    # replicated tables: all-reduce the looked-up rows' gradients (MAD Max artifact: lookup bytes)
-    b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb.group("ddp"), deps=(emb_b,), blocking=False)
     kinds_dense = (bottom, inter, top)
-    for d in kinds_dense:
-        if d.params:
-            traffic = optimizer_traffic_bytes(d.params, wb, m.dense_optimizer)
-            b.compute(f"{d.name}:optimizer", "other", "optimizer", tuple(d.syncs), bytes=traffic, kernel="elementwise")
-
+    if training:
+        _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end, combine, combine_bytes,
+                  dispatch_bytes, pooled, lookup, emb, act, local, wb)
     emb_weights, emb_state = embedding_state_bytes(m.total_rows, m.embedding_params, m.bytes_per_emb_param, m.embedding_optimizer, mp)
     weights, grads, states = dense_state_bytes(sum(d.params for d in kinds_dense), wb, m.dense_optimizer)
+    if not training:
+        emb_state = grads = states = 0.0
     buffers = pooled + local * m.tables * m.embedding_dim * m.bytes_per_emb_param
     indices = emb_batch * m.lookups_per_sample / mp * INDEX_BYTES
     memory = DLRMMemory(
@@ -379,3 +370,28 @@ def build_dlrm_program(
         capacity_bytes=cluster.device.hbm_bytes,
     )
     return DLRMProgram(graph, cluster, strategy, n, batch, precision, layouts, tuple(b.tasks), memory)
+
+
+def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end, combine, combine_bytes,
+              dispatch_bytes, pooled, lookup, emb, act, local, wb) -> None:
+    """Loss, then backward reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all,
+    bottom, lookups; gradient reductions; the dense optimizer steps."""
+    bottom, inter, top = kinds_dense
+    loss = b.compute("loss", "other", "loss", (*top_end, combine or ""), bytes=local * graph.loss.elements * act,
+                     kernel="elementwise")
+
+    # backward, reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all, bottom, lookups
+    combine_b = b.comm("moe:a2a_combine_b", "all_to_all", "moe", combine_bytes, top.layout.group("ep"), deps=(loss,))
+    top_b = _run(b, top, top_ops, (loss, combine_b or ""), backward=True)
+    dispatch_b = b.comm("moe:a2a_dispatch_b", "all_to_all", "moe", dispatch_bytes, top.layout.group("ep"), deps=top_b)
+    inter_b = _run(b, inter, inter_ops, (*top_b, dispatch_b or ""), backward=True)
+    a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb.group("mp"), deps=inter_b)
+    _run(b, bottom, bottom_ops, inter_b, backward=True, first_input_grad=False)
+    emb_b = b.compute("emb:b", "embedding_lookup", "embedding", (*inter_b, a2a_b or ""), lookup_bytes=lookup, kernel="lookup")
+    # replicated tables: all-reduce the looked-up rows' gradients (MAD Max artifact: lookup bytes)
+    b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb.group("ddp"), deps=(emb_b,), blocking=False)
+    for d in kinds_dense:
+        if d.params:
+            traffic = optimizer_traffic_bytes(d.params, wb, m.dense_optimizer)
+            b.compute(f"{d.name}:optimizer", "other", "optimizer", tuple(d.syncs), bytes=traffic, kernel="elementwise")
+

@@ -26,6 +26,7 @@ class DLRMScenario:
     strategy: Strategy
     global_batch_size: int  # samples per iteration
     precision: str  # the MLPs' matmul precision
+    task: str = "pretrain"  # or "inference": forward only, no gradients or optimizer state
 
 
 def _count(field: str, value: object) -> int:
@@ -56,8 +57,8 @@ def make_dlrm_scenario(model: DLRMModel, cluster: Cluster, plan: dict, num_devic
                 "strategy, e.g. strategy='embedding=(mp) dense=(tp,ddp)'",
             )
     kind = task.get("kind", "pretrain") if isinstance(task, dict) else getattr(task, "kind", "pretrain")
-    if kind != "pretrain":
-        raise MeshplanError("task.kind", kind, "DLRM models are estimated for pretraining so far")
+    if kind not in ("pretrain", "inference"):
+        raise MeshplanError("task.kind", kind, "DLRM models are estimated for pretraining and inference so far")
     if num_devices is None:
         raise MeshplanError("num_devices", None, "give the number of devices (--devices N) for a DLRM")
     devices = _count("num_devices", num_devices)
@@ -74,4 +75,4 @@ def make_dlrm_scenario(model: DLRMModel, cluster: Cluster, plan: dict, num_devic
         supported = [p for p in MATMUL_PRECISIONS if p in cluster.device.peak_flop_per_s]
         raise MeshplanError("plan.precision", precision, f"{cluster.device.id} runs {', '.join(supported)}")
     strategy = build(Strategy, plan.get("strategy") or {}, "strategy")
-    return DLRMScenario(model, cluster, devices, strategy, batch, precision)
+    return DLRMScenario(model, cluster, devices, strategy, batch, precision, kind)

@@ -177,8 +177,10 @@ def dlrm_estimate(program: DLRMProgram, costed: tuple[CostedTask, ...]) -> DLRME
 
 
 def estimate_dlrm(s: DLRMScenario) -> DLRMEstimate:
-    """Lower, apply the strategy, cost and schedule one training iteration of ``s``."""
-    program = build_dlrm_program(lower_dlrm(s.model), s.cluster, s.num_devices, s.strategy, s.global_batch_size, s.precision)
+    """Lower, apply the strategy, cost and schedule one iteration of ``s`` (a training step, or
+    for inference one forward pass of the batch)."""
+    program = build_dlrm_program(lower_dlrm(s.model), s.cluster, s.num_devices, s.strategy, s.global_batch_size, s.precision,
+                                 training=s.task != "inference")
     return dlrm_estimate(program, cost_dlrm_program(program))
 
 
