@@ -9,7 +9,7 @@ import time
 from collections import Counter
 
 from meshplan.errors import MeshplanError
-from meshplan.explore.search import SearchResult
+from meshplan.explore.search import SearchResult, ranked
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.dlrm_scenario import make_dlrm_scenario
 from meshplan.specs.strategy import Strategy
@@ -53,16 +53,4 @@ def search_dlrm(model: DLRMModel, cluster, num_devices: int, plan: dict, top_k: 
             rows.append(dlrm_row(estimate_dlrm(scenario), strategy))
         except MeshplanError as err:
             rejected[err.field] += 1
-    feasible = sorted((r for r in rows if r["fits"]), key=lambda r: r["step_time_s"])
-    infeasible = [r for r in rows if not r["fits"]]
-    return SearchResult(
-        top=feasible[:top_k],
-        space_size=len(space),
-        candidates=len(rows),
-        evaluated=len(rows),
-        infeasible_memory=len(infeasible),
-        rejected=dict(rejected),
-        wall_s=time.perf_counter() - start,
-        evaluated_rows=feasible,
-        leanest_infeasible_bytes=min((r["memory_bytes"] for r in infeasible), default=float("inf")),
-    )
+    return ranked(rows, len(space), rejected, start, top_k)

@@ -103,6 +103,23 @@ class SearchResult:
         return pd.DataFrame(self.top)
 
 
+def ranked(rows: list[dict], space_size: int, rejected: dict, started: float, top_k: int) -> SearchResult:
+    """A SearchResult from exhaustively evaluated rows: the ``top_k`` fastest that fit."""
+    feasible = sorted((r for r in rows if r["fits"]), key=lambda r: r["step_time_s"])
+    infeasible = [r for r in rows if not r["fits"]]
+    return SearchResult(
+        top=feasible[:top_k],
+        space_size=space_size,
+        candidates=len(rows),
+        evaluated=len(rows),
+        infeasible_memory=len(infeasible),
+        rejected=dict(rejected),
+        wall_s=time.perf_counter() - started,
+        evaluated_rows=feasible,
+        leanest_infeasible_bytes=min((r["memory_bytes"] for r in infeasible), default=float("inf")),
+    )
+
+
 def evaluate(scenarios: list) -> list[dict]:
     """Exact rows for a chunk of scenarios (runs in worker processes too).
 

@@ -8,7 +8,7 @@ import time
 from collections import Counter
 
 from meshplan.errors import MeshplanError
-from meshplan.explore.search import SearchResult
+from meshplan.explore.search import SearchResult, ranked
 from meshplan.explore.space import SearchSpace
 from meshplan.specs import Cluster, Plan, Task, TransformerModel, make_scenario
 from meshplan.timeline.inference import inference_estimate
@@ -40,16 +40,4 @@ def search_serving(model: TransformerModel, cluster: Cluster, num_devices: int, 
                 rows.append(serving_row(inference_estimate(make_scenario(model, cluster, plan, num_devices, task))))
             except MeshplanError as err:
                 rejected[err.field] += 1
-    feasible = sorted((r for r in rows if r["fits"]), key=lambda r: r["tpot_s"])
-    infeasible = [r for r in rows if not r["fits"]]
-    return SearchResult(
-        top=feasible[:top_k],
-        space_size=points,
-        candidates=len(rows),
-        evaluated=len(rows),
-        infeasible_memory=len(infeasible),
-        rejected=dict(rejected),
-        wall_s=time.perf_counter() - start,
-        evaluated_rows=feasible,
-        leanest_infeasible_bytes=min((r["memory_bytes"] for r in infeasible), default=float("inf")),
-    )
+    return ranked(rows, points, rejected, start, top_k)

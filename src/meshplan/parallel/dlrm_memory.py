@@ -16,7 +16,9 @@ Assumptions, stated once:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from meshplan.parallel.memory import ByteBreakdown
 
 #: fp32 optimizer-state bytes per weight (dense) and per row or weight (embeddings)
 DENSE_STATE_BYTES = {"adagrad": 4.0, "adam": 8.0, "sgd": 0.0}
@@ -24,7 +26,7 @@ INDEX_BYTES = 8.0  # int64 lookup indices
 
 
 @dataclass(frozen=True)
-class DLRMMemory:
+class DLRMMemory(ByteBreakdown):
     """Bytes per device by category; ``total_bytes`` is their sum."""
 
     embedding_weights_bytes: float
@@ -35,19 +37,6 @@ class DLRMMemory:
     gathered_weights_bytes: float
     activations_bytes: float
     capacity_bytes: float
-
-    @property
-    def total_bytes(self) -> float:
-        return sum(getattr(self, f.name) for f in fields(self) if f.name != "capacity_bytes")
-
-    @property
-    def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
-
-    def as_dict(self) -> dict[str, float]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["total_bytes"] = self.total_bytes
-        return out
 
 
 def embedding_state_bytes(rows: float, params: float, bytes_per_param: float, optimizer: str, mp: int) -> tuple[float, float]:

@@ -17,16 +17,10 @@ from dataclasses import dataclass, fields
 from meshplan.specs.device import BYTES_PER_ELEMENT
 
 
-@dataclass(frozen=True)
-class MemoryBreakdown:
-    """Bytes per device, by category. ``total_bytes`` is their sum."""
+class ByteBreakdown:
+    """Bytes per device by category (the dataclass fields ending in ``_bytes``, except the
+    capacity); ``total_bytes`` is their sum."""
 
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_bytes: float
-    activations_bytes: float
-    gathered_weights_bytes: float  # ZeRO-3 / FSDP: layers gathered ahead of use
-    comm_buffers_bytes: float
     capacity_bytes: float
 
     @property
@@ -45,6 +39,19 @@ class MemoryBreakdown:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["total_bytes"] = self.total_bytes
         return out
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown(ByteBreakdown):
+    """Bytes per device of a transformer stage, by category."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    gathered_weights_bytes: float  # ZeRO-3 / FSDP: layers gathered ahead of use
+    comm_buffers_bytes: float
+    capacity_bytes: float
 
 
 @dataclass(frozen=True)
