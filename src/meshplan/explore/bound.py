@@ -17,11 +17,8 @@ import numpy as np
 
 from meshplan import catalog
 from meshplan.specs import Scenario
+from meshplan.workloads.ops import dense_flop
 from meshplan.workloads.transformer import lower
-
-
-def _dense_flop(ops, names=None) -> float:
-    return sum(op.flop for op in ops if op.kind in ("matmul", "attention") and (names is None or op.name in names))
 
 
 def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
@@ -42,7 +39,7 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
         if key not in per_sequence:
             # the cheapest layer kind bounds every layer of a stage (MoE models have two)
             blocks = lower(model, 1, s.seq_len, 2.0, p.flash_attention).blocks
-            per_sequence[key] = min((_dense_flop(b.ops), _dense_flop(b.ops, {"attention"})) for b in blocks)
+            per_sequence[key] = min((dense_flop(b.ops), dense_flop(b.ops, {"attention"})) for b in blocks)
         forward, attention = per_sequence[key]
         if p.recompute == "full":
             recompute = forward

@@ -187,16 +187,21 @@ def _stream_bytes(op: DLRMOp, d: _Dense) -> float:
     return d.batch * (op.elements * d.act_bytes + op.pooled_elements * d.emb_bytes)
 
 
+def _fsdp_gather(b: _Builder, op: DLRMOp, d: _Dense, name: str, issued: list[str]) -> str | None:
+    """FSDP: all-gather this op's weight shard, prefetched two ops ahead of its use; the device
+    holds at most two gathered weights at a time."""
+    if not (op.params and d.layout.group("fsdp")):
+        return None
+    shard = d.layout.degree("tp") if op.tp != "none" else 1
+    gathered = d.copies * op.params / shard * d.weight_bytes
+    d.gathered = max(d.gathered, 2.0 * gathered)
+    return b.comm(name, "all_gather", d.name, gathered, d.layout.group("fsdp"), deps=(issued[-2] if len(issued) >= 2 else "",))
+
+
 def _layer_forward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict) -> tuple[str, ...]:
     """Forward of one op of a dense kind: FSDP gather, the kernel, TP activation all-reduce."""
     lay, tp = d.layout, d.layout.degree("tp")
-    shard = tp if op.tp != "none" else 1
-    gather = None
-    if op.params and lay.group("fsdp"):
-        after = prefetch.setdefault("fwd", [])
-        gather = b.comm(f"{tag}:ag_w", "all_gather", d.name, d.copies * op.params / shard * d.weight_bytes,
-                        lay.group("fsdp"), deps=(after[-2] if len(after) >= 2 else "",))
-        d.gathered = max(d.gathered, 2.0 * d.copies * op.params / shard * d.weight_bytes)
+    gather = _fsdp_gather(b, op, d, f"{tag}:ag_w", prefetch.setdefault("fwd", []))
     if op.kind == "gemm":
         shape = _gemm_shape(op, d, tp)
         work = {"gemms": (shape,) * int(d.copies), "kernel": "gemm"}
@@ -222,11 +227,7 @@ def _layer_backward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[st
     all-reduce (blocking), gradient reduce-scatter / all-reduce (non-blocking)."""
     lay, tp = d.layout, d.layout.degree("tp")
     shard = tp if op.tp != "none" else 1
-    gather = None
-    if op.params and lay.group("fsdp"):
-        after = prefetch.setdefault("bwd", [])
-        gather = b.comm(f"{tag}:ag_w_b", "all_gather", d.name, d.copies * op.params / shard * d.weight_bytes,
-                        lay.group("fsdp"), deps=(after[-2] if len(after) >= 2 else "",))
+    gather = _fsdp_gather(b, op, d, f"{tag}:ag_w_b", prefetch.setdefault("bwd", []))
     if op.kind == "gemm":
         m, k, n = _gemm_shape(op, d, tp)
         pair = ((m, n, k), (k, m, n)) if input_grad else ((k, m, n),)

@@ -13,7 +13,7 @@ from meshplan.costs.collectives import CollectiveKind, GroupSpan, group_span
 from meshplan.errors import MeshplanError
 from meshplan.parallel.memory import MemoryBreakdown, StateBytes, stage_memory, state_bytes_per_param
 from meshplan.parallel.mesh import axis_span, axis_stride, pipeline_neighbour_span
-from meshplan.specs.device import BYTES_PER_ELEMENT
+from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import Block, Graph, Op, Saved
 from meshplan.workloads.transformer import lower
@@ -137,7 +137,7 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     plan, model = scenario.plan, scenario.model
     tp, cp, ep = plan.tp, plan.cp, plan.ep
     sp = plan.sequence_parallel and tp > 1
-    act_bytes = 4.0 if plan.precision == "fp32" else 2.0
+    act_bytes = activation_bytes(plan.precision)
     ops = tuple(shard_op(op, tp, cp, sp) for op in block.ops)
     if sp:  # Korthikanti et al. 2022, Sec. 4.2.2: all-gather + reduce-scatter replace each all-reduce
         tp_comms = (Comm("tp", "all_gather", x_bytes, 2, spans["tp"]), Comm("tp", "reduce_scatter", x_bytes, 2, spans["tp"]))
@@ -223,8 +223,7 @@ def _roles(stage_layers: tuple[int, ...], blocks: tuple[Block, ...], frozen: int
 def build_program(scenario: Scenario) -> Program:
     s, plan, model, cluster = scenario, scenario.plan, scenario.model, scenario.cluster
     tp, cp, pp, dp, v, ep = plan.tp, plan.cp, plan.pp, plan.dp or 1, plan.virtual_pipeline_stages, plan.ep
-    sp = plan.sequence_parallel and tp > 1
-    act_bytes = 4.0 if plan.precision == "fp32" else 2.0
+    act_bytes = activation_bytes(plan.precision)
     graph = lower(model, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention)
     x_bytes = graph.tokens / cp * model.hidden_size * act_bytes  # one residual-stream tensor
 
@@ -285,7 +284,7 @@ def build_program(scenario: Scenario) -> Program:
 
 def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state) -> Role:
     plan = s.plan
-    tp, cp, pp, dp, ep = plan.tp, plan.cp, plan.pp, plan.dp or 1, plan.ep
+    tp, cp, pp, dp = plan.tp, plan.cp, plan.pp, plan.dp or 1
     sp = plan.sequence_parallel and tp > 1
     has_head, has_tail = stage == 0, stage == pp - 1
     head_ops = graph.head.ops if has_head else ()

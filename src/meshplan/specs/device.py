@@ -21,6 +21,12 @@ BYTES_PER_ELEMENT: dict[str, float] = {
 }
 
 
+def activation_bytes(precision: str) -> float:
+    """Bytes per activation (and KV-cache) element: fp32 training keeps fp32 activations, every
+    lower precision keeps 16-bit ones (fp8/fp4 cast only the matmul operands)."""
+    return 4.0 if precision == "fp32" else 2.0
+
+
 class EfficiencyCurve(Spec):
     """Achieved fraction of peak as a function of an op's size (piecewise linear in log10 size).
 

@@ -19,7 +19,7 @@ from meshplan.costs.costed import op_times
 from meshplan.errors import MeshplanError
 from meshplan.parallel.mesh import axis_span, pipeline_neighbour_span
 from meshplan.parallel.program import param_share, shard_op
-from meshplan.specs.device import BYTES_PER_ELEMENT
+from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.units import format_bytes, format_seconds
 from meshplan.workloads.transformer import layer_blocks, lower
@@ -98,7 +98,7 @@ def _phase(scenario: Scenario, roof: Roofline, batch: int, seq: int, kv_len: int
     """One forward pass of ``batch`` sequences of ``seq`` new tokens attending to ``kv_len`` keys."""
     plan, model, cluster = scenario.plan, scenario.model, scenario.cluster
     tp, pp = plan.tp, plan.pp
-    act = 4.0 if plan.precision == "fp32" else 2.0
+    act = activation_bytes(plan.precision)
     element = BYTES_PER_ELEMENT[plan.precision]
     blocks = layer_blocks(model, batch, seq, act, plan.flash_attention, kv_len)
     last_token = lower(model, batch, 1, act, plan.flash_attention)  # logits only for the last position
@@ -154,7 +154,7 @@ def inference_estimate(scenario: Scenario) -> InferenceEstimate:
     batch = task.batch_size // dp
     tp, pp = plan.tp, plan.pp
     weight_bytes = BYTES_PER_ELEMENT[plan.precision]
-    kv_element = 4.0 if plan.precision == "fp32" else 2.0
+    kv_element = activation_bytes(plan.precision)
     if model.mla:  # the compressed latent and the RoPE key, the same on every tp rank (DeepSeek-V2)
         kv_per_token_layer = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_element
     else:
@@ -165,7 +165,7 @@ def inference_estimate(scenario: Scenario) -> InferenceEstimate:
     mean_context = task.prompt_len + task.output_len / 2.0
     decode = _phase(scenario, roof, batch, 1, int(round(mean_context)), weight_bytes, kv_per_token_layer)
 
-    act = 4.0 if plan.precision == "fp32" else 2.0
+    act = activation_bytes(plan.precision)
     layers = max(scenario.stage_layers)  # the fullest stage holds the most KV cache
     graph = lower(model, batch, task.prompt_len, act, plan.flash_attention)
     if plan.ep != 1:

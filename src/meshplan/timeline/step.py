@@ -13,6 +13,7 @@ from meshplan.costs.costed import CostedProgram, RoleTimes
 from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
 from meshplan.timeline.pipeline_schedule import pipeline_time_s
+from meshplan.workloads.ops import dense_flop
 
 
 def overlap_s(compute: float, comm: float, pieces: int, slowdown: float) -> float:
@@ -148,11 +149,11 @@ def _flop_per_step(program) -> tuple[float, float]:
     graph = program.graph
     micro_batches_total = s.global_batch_size / s.plan.micro_batch_size
 
-    moe = s.model.moe
+    # routed experts counted at the balanced load: imbalance costs time, not model flop
+    scale = 1.0 / s.model.moe.routed_factor if s.model.moe else 1.0
 
-    def dense(ops):
-        # routed experts counted at the balanced load: imbalance costs time, not model flop
-        return sum(op.flop / (moe.routed_factor if op.expert else 1.0) for op in ops if op.kind in ("matmul", "attention"))
+    def dense(ops, names=None):
+        return dense_flop(ops, names, expert_scale=scale)
 
     frozen = s.task.frozen_layers if s.task.kind == "finetune" else 0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
@@ -166,7 +167,7 @@ def _flop_per_step(program) -> tuple[float, float]:
         per_layer = dense(block.ops)
         forward += per_layer * block.count
         backward += 2.0 * per_layer * trained
-        recompute += dense(op for op in block.ops if op.name in program.kinds[block.name].recompute_ops) * trained
+        recompute += dense(block.ops, program.kinds[block.name].recompute_ops) * trained
         first += block.count
     model = (forward + backward) * micro_batches_total
     hardware = model + recompute * micro_batches_total

@@ -54,6 +54,16 @@ class Op:
     saved: tuple[Saved, ...] = ()
 
 
+def dense_flop(ops, names: set[str] | tuple[str, ...] | None = None, expert_scale: float = 1.0) -> float:
+    """Flop of the matmul and attention ops (the count Megatron's Eq. 3 makes), optionally only
+    those named, with routed-expert ops scaled by ``expert_scale``."""
+    return sum(
+        op.flop * (expert_scale if op.expert else 1.0)
+        for op in ops
+        if op.kind in ("matmul", "attention") and (names is None or op.name in names)
+    )
+
+
 @dataclass(frozen=True)
 class Block:
     """A repeated group of ops (a decoder layer) and how many times it repeats."""
