@@ -182,11 +182,12 @@ def test_nvl72_domains():
         assert levels[-1].bytes_per_s == pytest.approx(scale_out)
 
 
-def test_tpu_v4_pod_is_a_torus_of_cubes():
+def test_tpu_v4_pod_is_a_torus_of_cubes_and_pods_join_over_the_datacenter_network():
     cluster = catalog.cluster("tpu-v4-pod")
-    assert [lvl.size for lvl in cluster.levels] == [64, 4096]
-    assert all(lvl.topology == "torus-3d" for lvl in cluster.levels)
-    assert cluster.max_devices == 4096
+    assert [lvl.size for lvl in cluster.levels] == [64, 4096, None]
+    assert all(lvl.topology == "torus-3d" for lvl in cluster.levels[:2])
+    # PaLM (Chowdhery et al. 2022, Sec. 4): 81 Tb/s from the 768 hosts of a pod, 4 chips each
+    assert cluster.levels[2].bytes_per_s == pytest.approx(81e12 / 8 / (768 * 4), rel=0.01)
 
 
 def test_zionex_matches_madmax_table3():

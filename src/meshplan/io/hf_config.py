@@ -14,8 +14,9 @@ supported ``model_type`` belongs to a family that says where its sizes live:
 
 Defaults for optional fields follow the HuggingFace config class of each type (for example
 ``tie_word_embeddings`` is false for Llama and true for Gemma). Mixture-of-experts configs
-(Mixtral, Qwen2-MoE, DeepSeek-V2/V3) import their experts, and DeepSeek's multi-head latent
-attention.
+(Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V2/V3) import their experts, and DeepSeek's
+multi-head latent attention. Every layer of Mixtral, Qwen3-MoE and gpt-oss is MoE, so their
+``intermediate_size`` sizes no dense FFN.
 
 A llama-style architecture under another ``model_type`` can be imported by loading the JSON,
 setting ``"model_type": "llama"`` and passing the dict.
@@ -93,7 +94,12 @@ FAMILIES: dict[str, _Family] = {
     "qwen2_moe": _LLAMA,
     "deepseek_v2": _LLAMA,
     "deepseek_v3": _LLAMA,
+    "qwen3_moe": _LLAMA,
+    "gpt_oss": _LLAMA,
 }
+
+#: keys that give the experts each token is routed to (gpt-oss's original config says experts_per_token)
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
 
 
 def model_from_hf_config(
@@ -148,6 +154,8 @@ def model_from_hf_config(
     if moe:
         spec["arch"] = "moe"
         spec["moe"] = moe
+        if not moe.get("first_dense_layers"):
+            spec["ffn_hidden_size"] = None  # every layer is MoE: no dense FFN
     mla = _mla(config, where)
     if mla:
         spec["mla"] = mla
@@ -186,10 +194,11 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _moe(config: dict[str, Any], where: str | None) -> dict[str, Any] | None:
-    """The experts of a Mixtral, Qwen2-MoE or DeepSeek config; None for a dense model.
+    """The experts of a Mixtral, Qwen2/3-MoE, gpt-oss or DeepSeek config; None for a dense model.
 
-    Mixtral: ``num_local_experts`` experts of ``intermediate_size``. Qwen2-MoE: ``num_experts``
-    of ``moe_intermediate_size`` plus a shared expert of ``shared_expert_intermediate_size``.
+    Mixtral and gpt-oss: ``num_local_experts`` experts of ``intermediate_size``. Qwen2-MoE and
+    Qwen3-MoE: ``num_experts`` of ``moe_intermediate_size`` (Qwen2-MoE also a shared expert of
+    ``shared_expert_intermediate_size``).
     DeepSeek: ``n_routed_experts`` of ``moe_intermediate_size``, ``n_shared_experts`` and the
     first ``first_k_dense_replace`` layers dense.
     """
@@ -197,7 +206,7 @@ def _moe(config: dict[str, Any], where: str | None) -> dict[str, Any] | None:
     if key is None:
         return None
     experts = _size(config, key, where)
-    top_k = _size(config, "num_experts_per_tok", where)
+    top_k = _size(config, next((k for k in TOP_K_KEYS if k in config), TOP_K_KEYS[0]), where)
     if config.get("moe_intermediate_size") is not None:
         expert_ffn = _size(config, "moe_intermediate_size", where)
     else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from meshplan.parallel.mesh import expert_mesh
 from meshplan.specs.device import BYTES_PER_ELEMENT
 
 
@@ -108,11 +109,11 @@ def stage_memory(
 
     Only trainable parameters have gradients and optimizer states, and only trained layers keep
     activations (nothing runs backward through frozen leading layers). ZeRO shards dense
-    weights over dp (or the hybrid-sharding group) and routed-expert weights over dp / ep. ``layer_activations`` is
+    weights over dp (or the hybrid-sharding group) and routed-expert weights over their own data-parallel group (parallel.mesh.expert_mesh). ``layer_activations`` is
     [(bytes one layer keeps per micro-batch, trained layers of that kind)].
     """
-    tp, pp, dp, v, ep, zero = plan.tp, plan.pp, plan.dp or 1, plan.virtual_pipeline_stages, plan.ep, plan.zero_stage
-    edp = dp // ep
+    tp, pp, dp, v, zero = plan.tp, plan.pp, plan.dp or 1, plan.virtual_pipeline_stages, plan.zero_stage
+    edp = expert_mesh(plan)[2]
     shard = plan.zero_shard_size or dp  # hybrid sharding shards within groups of this size
 
     def sharded(total: float, expert: float, stage_min: int) -> float:

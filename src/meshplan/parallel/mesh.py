@@ -32,3 +32,20 @@ def pipeline_neighbour_span(cluster: Cluster, plan: Plan) -> GroupSpan:
     if plan.pp == 1:
         return GroupSpan(1, ())
     return group_span(cluster, 2, axis_stride(plan, "pp"))
+
+
+def expert_mesh(plan: Plan) -> tuple[int, int, int, int]:
+    """(expert tp, ep stride, expert dp, expert-dp stride) of the routed experts' mesh.
+
+    Megatron-Core lays the experts over the same tp x cp x dp ranks as the attention, as
+    expert-tp x ep x expert-dp, expert-tp innermost ("MoE parallel folding", Liu et al. 2025,
+    arXiv:2504.14960). With expert-tp = tp (Megatron-Core's default) ep is carved out of dp;
+    with expert-tp = 1 (as Megatron-Bridge's MoE recipes set) ep starts at the innermost rank
+    and may span the tp ranks too.
+    """
+    etp = plan.expert_tp or plan.tp
+    inner = plan.tp * plan.cp * (plan.dp or 1)
+    if etp == plan.tp:
+        stride = plan.tp * plan.cp
+        return etp, stride, (plan.dp or 1) // plan.ep, stride * plan.ep
+    return etp, etp, inner // (etp * plan.ep), etp * plan.ep

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from meshplan.costs.collectives import CollectiveKind, GroupSpan, group_span
 from meshplan.errors import MeshplanError
 from meshplan.parallel.memory import MemoryBreakdown, StateBytes, stage_memory, state_bytes_per_param
-from meshplan.parallel.mesh import axis_span, axis_stride, pipeline_neighbour_span
+from meshplan.parallel.mesh import axis_span, axis_stride, expert_mesh, pipeline_neighbour_span
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import Block, Graph, Op, Saved
@@ -103,14 +103,17 @@ class Program:
     optimizer_params: float  # parameters one device updates (after ZeRO sharding), worst role
 
 
-def shard_op(op: Op, tp: int, cp: int, sp: bool) -> ShardedOp:
+def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None) -> ShardedOp:
+    """One device's share of ``op``. Routed-expert matmuls split their weights ``expert_tp``
+    ways and their tokens over the rest of tp (parallel.mesh.expert_mesh)."""
     split = {"tp": tp, "sp": tp if sp else 1, "none": 1}[op.shard]
     if op.kind == "matmul":
-        m, k, n = op.m / cp, op.k, op.n
+        weight_split = expert_tp if op.expert and expert_tp else tp
+        m, k, n = op.m / cp / (tp // weight_split), op.k, op.n
         if op.shard_dim == "n":
-            n /= tp
+            n /= weight_split
         elif op.shard_dim == "k":
-            k /= tp
+            k /= weight_split
         return ShardedOp(op, 2.0 * m * k * n, 0.0, m, k, n)
     if op.kind == "lookup":  # vocab-parallel: every rank writes the full (masked) output
         return ShardedOp(op, 0.0, op.bytes / cp, 0, 0, 0)
@@ -126,19 +129,20 @@ def saved_bytes(saved: tuple[Saved, ...], tp: int, cp: int, sp: bool, drop_score
     return total
 
 
-def param_share(op: Op, tp: int, ep: int = 1) -> float:
-    """Parameters of ``op`` on one device: matmuls and the embedding split over tp, routed
-    experts also over ep; norms and the router replicate."""
-    share = op.params / tp if op.kind in ("matmul", "lookup") and op.shard == "tp" else op.params
-    return share / ep if op.expert else share
+def param_share(op: Op, tp: int, ep: int = 1, expert_tp: int | None = None) -> float:
+    """Parameters of ``op`` on one device: matmuls and the embedding split over tp (routed
+    experts over expert_tp, default tp, and ep); norms and the router replicate."""
+    if op.expert:
+        return op.params / (expert_tp or tp) / ep
+    return op.params / tp if op.kind in ("matmul", "lookup") and op.shard == "tp" else op.params
 
 
 def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, GroupSpan]) -> LayerKind:
     plan, model = scenario.plan, scenario.model
-    tp, cp, ep = plan.tp, plan.cp, plan.ep
+    tp, cp, ep, etp = plan.tp, plan.cp, plan.ep, plan.expert_tp
     sp = plan.sequence_parallel and tp > 1
     act_bytes = activation_bytes(plan.precision)
-    ops = tuple(shard_op(op, tp, cp, sp) for op in block.ops)
+    ops = tuple(shard_op(op, tp, cp, sp, etp) for op in block.ops)
     if sp:  # Korthikanti et al. 2022, Sec. 4.2.2: all-gather + reduce-scatter replace each all-reduce
         tp_comms = (Comm("tp", "all_gather", x_bytes, 2, spans["tp"]), Comm("tp", "reduce_scatter", x_bytes, 2, spans["tp"]))
     else:  # Shoeybi et al. 2019 (Megatron-LM), Fig. 4: two all-reduces (f, g) per layer forward
@@ -174,36 +178,40 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
         ep_comms=ep_comms,
         recompute_ops=recompute,
         params=sum(param_share(op, tp) for op in block.ops if not op.expert),
-        expert_params=sum(param_share(op, tp, ep) for op in block.ops if op.expert),
+        expert_params=sum(param_share(op, tp, ep, etp) for op in block.ops if op.expert),
         saved_bytes=kept,
         full_saved_bytes=full,
     )
 
 
-def _stage_layers(start: int, end: int, blocks: tuple[Block, ...], frozen: int) -> tuple[tuple[str, int, int], ...]:
-    """(kind, layers, frozen) of the layers [start, end) in model order, kinds in block order,
-    frozen ones leading."""
-    out, first = [], 0
+def _stage_layers(ranges: tuple[tuple[int, int], ...], blocks: tuple[Block, ...], frozen: int) -> tuple[tuple[str, int, int], ...]:
+    """(kind, layers, frozen) of the decoder layers in ``ranges`` ([start, end) in model order;
+    one per virtual chunk of the stage), kinds in block order."""
+    out = []
+    first = 0
     for block in blocks:
-        lo, hi = max(start, first), min(end, first + block.count)
-        if hi > lo:
-            out.append((block.name, hi - lo, max(0, min(hi, frozen) - lo)))
+        layers = frozen_here = 0
+        for start, end in ranges:
+            lo, hi = max(start, first), min(end, first + block.count)
+            if hi > lo:
+                layers += hi - lo
+                frozen_here += max(0, min(hi, frozen) - lo)
+        if layers:
+            out.append((block.name, layers, frozen_here))
         first += block.count
     return tuple(out)
 
 
-def _roles(stage_layers: tuple[int, ...], blocks: tuple[Block, ...], frozen: int) -> list[tuple[str, int, int, tuple]]:
+def _roles(s: Scenario, blocks: tuple[Block, ...], frozen: int) -> list[tuple[str, int, int, tuple]]:
     """(name, representative stage, number of stages, layer counts) for each distinct stage role.
 
-    Stages group by (first, last, layer kinds and frozen layers on the stage). O(pp), never per
-    rank.
+    Stages group by (first, last, layer kinds and frozen layers on the stage). O(pp·vpp), never
+    per rank of the other axes.
     """
-    pp = len(stage_layers)
+    pp = s.plan.pp
     groups: list[list] = []
-    start = 0
-    for stage, count in enumerate(stage_layers):
-        key = (stage == 0, stage == pp - 1, _stage_layers(start, start + count, blocks, frozen))
-        start += count
+    for stage in range(pp):
+        key = (stage == 0, stage == pp - 1, _stage_layers(s.rank_layer_ranges(stage), blocks, frozen))
         if groups and groups[-1][0] == key:
             groups[-1][2] += 1
         else:
@@ -230,12 +238,13 @@ def build_program(scenario: Scenario) -> Program:
     # expert parallelism is carved out of data parallelism (Megatron-Core): ep neighbours sit
     # dp-stride apart, and expert weights are data-parallel over the remaining dp / ep
     dp_stride = axis_stride(plan, "dp")
+    _, ep_stride, edp, edp_stride = expert_mesh(plan)
     spans = {
         "tp": axis_span(cluster, plan, "tp"),
         "cp": axis_span(cluster, plan, "cp"),
         "dp": axis_span(cluster, plan, "dp"),
-        "ep": group_span(cluster, ep, dp_stride),
-        "edp": group_span(cluster, dp // ep, dp_stride * ep),
+        "ep": group_span(cluster, ep, ep_stride),
+        "edp": group_span(cluster, edp, edp_stride),
         "dp_shard": group_span(cluster, plan.zero_shard_size or dp, dp_stride),
         "dp_replica": group_span(cluster, dp // (plan.zero_shard_size or dp), dp_stride * (plan.zero_shard_size or dp)),
     }
@@ -256,7 +265,7 @@ def build_program(scenario: Scenario) -> Program:
 
     roles = []
     worst = {"params": 0.0, "trainable": 0.0, "expert": 0.0, "expert_trainable": 0.0}
-    for name, stage, stages, counts in _roles(s.stage_layers, graph.blocks, frozen_total):
+    for name, stage, stages, counts in _roles(s, graph.blocks, frozen_total):
         role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state)
         roles.append(role)
         expert_trainable = sum(kinds[k].expert_params * (n - f) for k, n, f in counts)
@@ -267,7 +276,7 @@ def build_program(scenario: Scenario) -> Program:
 
     dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, max(s.stage_layers))
     optimizer_params = worst["trainable"] / ((plan.zero_shard_size or dp) if plan.zero_stage >= 1 else 1)
-    optimizer_params += worst["expert_trainable"] / (dp // ep if plan.zero_stage >= 1 else 1)
+    optimizer_params += worst["expert_trainable"] / (edp if plan.zero_stage >= 1 else 1)
     return Program(
         scenario=scenario,
         graph=graph,
@@ -340,14 +349,15 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
 
 def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, layers_per_device: int):
     """Gradient reduction (and ZeRO's weight gathers) once per step, or per micro-batch for
-    ZeRO-3; expert weights over their own data-parallel group (dp / ep)."""
-    dp, ep = plan.dp or 1, plan.ep
+    ZeRO-3; expert weights over their own data-parallel group (parallel.mesh.expert_mesh)."""
+    dp = plan.dp or 1
+    edp = expert_mesh(plan)[2]
     shard = plan.zero_shard_size or dp
     dp_comms: list[Comm] = []
     zero3: list[Comm] = []
     for axis, span, size, params, trainable in (
         ("dp", spans["dp_shard"] if plan.zero_stage else spans["dp"], shard if plan.zero_stage else dp, worst["params"], worst["trainable"]),
-        ("dp", spans["edp"], dp // ep, worst["expert"], worst["expert_trainable"]),
+        ("dp", spans["edp"], edp, worst["expert"], worst["expert_trainable"]),
     ):
         if size <= 1 or params <= 0:
             continue

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from meshplan.errors import MeshplanError
 from meshplan.specs.base import BytesPerS, Count, Fraction, JoulesPerBit, Seconds, Spec
 from meshplan.specs.device import Device
 
@@ -54,6 +55,18 @@ class Cluster(Spec):
             if outer is not None and (outer <= inner or outer % inner):
                 raise ValueError(f"level sizes must grow by whole multiples, got {sizes}")
         return self
+
+    def check_devices(self, num_devices: int) -> None:
+        """A job of ``num_devices`` must fit the build and its outermost network level."""
+        if self.max_devices is not None and num_devices > self.max_devices:
+            raise MeshplanError("num_devices", num_devices, f"{self.id} has at most {self.max_devices} devices")
+        outer = self.levels[-1]
+        if outer.size is not None and num_devices > outer.size:
+            raise MeshplanError(
+                "num_devices", num_devices,
+                f"{self.id}'s outermost network level ({outer.name}) joins {outer.size} devices",
+                hint="add a level above it (e.g. the data-center network between pods) with no size",
+            )
 
     @property
     def devices_per_node(self) -> int:

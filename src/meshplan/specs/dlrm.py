@@ -19,6 +19,7 @@ A model knows nothing about parallelism; meshplan.parallel.dlrm applies the stra
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -31,7 +32,51 @@ DenseOptimizer = Literal["adagrad", "adam", "sgd"]
 
 _PER_TABLE = ("table_rows", "multi_hot_sizes", "bottom_mlp", "top_mlp", "num_dense_features")
 _UNIFORM = ("num_tables", "rows_per_table", "pooling_factor", "bottom_mlp_layers", "top_mlp_layers", "mlp_width")
-INTERACTIONS = "dot, cat, dcnv2 [N layers] or transformer [N layers]"
+INTERACTIONS = "dot, cat, dcnv2 [N layers] [low-rank R] or transformer [N layers]"
+
+#: words that name an interaction kind in free text, most specific first
+_INTERACTION_WORDS = (
+    (re.compile(r"\bdcn[\s_-]?v2\b|\bdcn\b|\bcross[\s_-]?net"), "dcnv2"),
+    (re.compile(r"\btransformer"), "transformer"),
+    (re.compile(r"\bdot\b"), "dot"),
+    (re.compile(r"\bcat\b|\bconcat"), "cat"),
+)
+_RANK = re.compile(r"\brank\D{0,24}?(\d+)")
+_LAYERS = re.compile(r"(\d+)\s*(?:cross\s+)?layers?\b|\blayers?\s*[:=]?\s*(\d+)")
+_NUMBER = re.compile(r"\b(\d+)\b")
+
+
+def parse_interaction(text: str) -> dict:
+    """{kind, and where given: layers, dcn_low_rank_dim} from a free-text interaction, as
+    validation cases write it (SCHEMA.md: ``dot``, ``cat``, ``dcnv2 ...``). A bare number after
+    the kind is its layer count ("dcnv2 3", "transformer 4")."""
+    lowered = text.strip().lower()
+    kind = next((name for pattern, name in _INTERACTION_WORDS if pattern.search(lowered)), None)
+    if kind is None:
+        raise ValueError(f"interaction must be one of {INTERACTIONS}, got {text!r}")
+    out: dict = {"kind": kind}
+    rest = lowered
+    rank = _RANK.search(rest)
+    if rank:
+        out["dcn_low_rank_dim"] = int(rank.group(1))
+        rest = rest[:rank.start(1)] + rest[rank.end(1):]
+    layers = _LAYERS.search(rest)
+    numbers = [int(n) for n in _NUMBER.findall(re.sub(r"dcn[\s_-]?v2", "", rest))]
+    if layers:
+        out["layers"] = int(layers.group(1) or layers.group(2))
+    elif len(numbers) == 1:
+        out["layers"] = numbers[0]
+    elif numbers:
+        raise ValueError(f"interaction {text!r}: say which number is the layer count, e.g. '{kind}, 3 layers'")
+    if kind in ("dot", "cat") and ("layers" in out or rank):
+        raise ValueError(f"interaction {kind} takes no layers or rank, got {text!r}")
+    if kind == "transformer" and rank:
+        raise ValueError(f"a transformer interaction takes no rank, got {text!r}")
+    if out.get("layers") == 0 or out.get("dcn_low_rank_dim") == 0:
+        raise ValueError(f"interaction {text!r}: layers and rank must be at least 1")
+    if kind == "dcnv2" and "layers" in out:
+        out["interaction_layers"] = out.pop("layers")
+    return out
 
 
 class TransformerInteraction(Spec):
@@ -93,23 +138,20 @@ class DLRMModel(Spec):
     @model_validator(mode="before")
     @classmethod
     def _split_interaction(cls, data: object) -> object:
-        """``interaction: "dcnv2 3"`` or ``"transformer 4"`` names the kind and its layer count."""
+        """A free-text ``interaction`` ("dcnv2 3", "DCNv2 MultiCross, 3 layers, low-rank
+        projection 512", "transformer 4") names the kind, its layer count and DCN's rank."""
         if not isinstance(data, dict) or not isinstance(data.get("interaction"), str):
             return data
-        if data["interaction"].strip().lower().startswith("transformer") and data.get("transformer") is None:
-            data = {**data, "transformer": {}}
-        words = data["interaction"].lower().split()
-        if not words or words[0] not in ("dot", "cat", "dcnv2", "transformer") or len(words) > 2:
-            raise ValueError(f"interaction must be one of {INTERACTIONS}, got {data['interaction']!r}")
-        data = {**data, "interaction": words[0]}
-        if len(words) == 2:
-            if not words[1].isdigit() or words[0] in ("dot", "cat") or int(words[1]) < 1:
-                raise ValueError(f"interaction must be one of {INTERACTIONS}, got {' '.join(words)!r}")
-            if words[0] == "dcnv2":
-                data["interaction_layers"] = int(words[1])
-            else:
-                data["transformer"] = {**(data.get("transformer") or {}), "layers": int(words[1])}
-        return data
+        parsed = parse_interaction(data["interaction"])
+        out = {**data, "interaction": parsed.pop("kind")}
+        if out["interaction"] == "transformer":
+            layers = parsed.pop("layers", None)
+            out["transformer"] = {**(data.get("transformer") or {}), **({"layers": layers} if layers else {})}
+        for key, value in parsed.items():
+            if out.get(key) not in (None, value):
+                raise ValueError(f"interaction {data['interaction']!r} says {key} {value}, but {key} is {out[key]}")
+            out[key] = value
+        return out
 
     @model_validator(mode="after")
     def _one_shape(self) -> "DLRMModel":

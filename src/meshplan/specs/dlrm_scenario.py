@@ -62,8 +62,7 @@ def make_dlrm_scenario(model: DLRMModel, cluster: Cluster, plan: dict, num_devic
     if num_devices is None:
         raise MeshplanError("num_devices", None, "give the number of devices (--devices N) for a DLRM")
     devices = _count("num_devices", num_devices)
-    if cluster.max_devices is not None and devices > cluster.max_devices:
-        raise MeshplanError("num_devices", devices, f"{cluster.id} has at most {cluster.max_devices} devices")
+    cluster.check_devices(devices)
     if plan.get("global_batch_size") is None:
         raise MeshplanError("plan.global_batch_size", None, "give the samples per iteration, e.g. 65536 "
                             "(MAD Max Table 2: 64K for DLRM-A, 256K for DLRM-B)")

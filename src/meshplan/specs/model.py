@@ -68,7 +68,7 @@ class TransformerModel(Spec):
     num_attention_heads: Count
     num_kv_heads: Count | None = None  # None: equal to heads (MHA)
     head_dim: Count | None = None  # None: hidden_size / heads
-    ffn_hidden_size: Count
+    ffn_hidden_size: Count | None = None  # the dense FFN; None only when every layer is MoE
     ffn_type: FfnType = "gelu"
     vocab_size: Count
     tied_embeddings: bool = False
@@ -84,6 +84,11 @@ class TransformerModel(Spec):
             raise ValueError("arch 'moe' and a moe: block go together")
         if self.moe and self.moe.first_dense_layers > self.num_layers:
             raise ValueError(f"moe.first_dense_layers {self.moe.first_dense_layers} exceeds num_layers {self.num_layers}")
+        if self.ffn_hidden_size is None and self.dense_layers:
+            raise ValueError(
+                f"ffn_hidden_size is required: {self.dense_layers} layers have a dense FFN "
+                "(it may be left out only when every layer is MoE: moe.first_dense_layers 0)"
+            )
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
@@ -130,7 +135,17 @@ class TransformerModel(Spec):
     @property
     def mlp_params(self) -> int:
         """The dense FFN (of every layer of a dense model, of the leading layers of an MoE)."""
-        return self.ffn_params(self.ffn_hidden_size)
+        return self.ffn_params(self.ffn_hidden_size) if self.ffn_hidden_size else 0
+
+    @property
+    def ffn_widths(self) -> tuple[int, ...]:
+        """The hidden widths of the FFNs a layer can run: dense, routed expert, shared experts."""
+        widths = [self.ffn_hidden_size] if self.dense_layers else []
+        if self.moe:
+            widths.append(self.moe.expert_ffn_hidden_size)
+            if self.moe.shared_experts:
+                widths.append(self.moe.shared_experts * self.moe.expert_ffn_hidden_size)
+        return tuple(widths)
 
     @property
     def expert_params(self) -> int:

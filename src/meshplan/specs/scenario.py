@@ -13,6 +13,43 @@ from meshplan.specs.model import TransformerModel
 from meshplan.specs.plan import Plan, Task
 
 
+def _expert_tp(p: Plan, dp: int) -> int:
+    """The experts' tensor-parallel degree (parallel.mesh.expert_mesh), checked against the mesh:
+    by default tp when ep divides dp, else 1 where that folding is possible."""
+    inner = p.tp * p.cp * dp
+    can_fold = p.tp > 1 and p.sequence_parallel and inner % p.ep == 0
+    if p.expert_tp is None:
+        if dp % p.ep == 0:
+            return p.tp
+        if can_fold:
+            return 1
+        raise MeshplanError(
+            "plan.ep", p.ep, f"must divide dp ({dp}): expert parallelism is carved out of data parallelism",
+            hint=f"or, with tp > 1, sequence_parallel and expert_tp=1, divide tp*cp*dp ({inner})",
+        )
+    if p.expert_tp == p.tp:
+        if dp % p.ep:
+            raise MeshplanError("plan.ep", p.ep, f"must divide dp ({dp}) when the experts keep tp (expert_tp={p.tp})")
+        return p.tp
+    if p.expert_tp != 1:
+        raise MeshplanError("plan.expert_tp", p.expert_tp, f"1 or tp ({p.tp})")
+    if not can_fold:
+        raise MeshplanError(
+            "plan.expert_tp", 1, f"experts without tp need tp > 1, sequence_parallel (as Megatron-Core requires "
+            f"for MoE with tensor parallelism) and ep ({p.ep}) dividing tp*cp*dp ({inner})",
+        )
+    return 1
+
+
+#: how the layers were split over pipeline stages, for the output
+EVEN_SPLIT = "even"
+GIVEN_SPLIT = "first/last stage layers as given"
+WEIGHTED_SPLIT = (
+    "uneven: the embedding and the loss count as one layer each and the remainder goes to the "
+    "earliest chunks (torchtitan's default split; Megatron-Core's account_for_embedding/loss_in_pipeline_split)"
+)
+
+
 @dataclass(frozen=True)
 class Scenario:
     model: TransformerModel
@@ -20,11 +57,28 @@ class Scenario:
     plan: Plan  # complete: dp, global batch and seq_len are filled in
     num_devices: int
     task: Task = Task()
-    stage_layers: tuple[int, ...] = ()  # decoder layers per pipeline stage
+    chunk_layers: tuple[int, ...] = ()  # decoder layers per model chunk, pp x vpp in pipeline order
+    pipeline_split: str = EVEN_SPLIT  # how the layers were split (pipeline_layout)
 
     def __post_init__(self):
-        if not self.stage_layers:
-            object.__setattr__(self, "stage_layers", pipeline_layout(self.model.num_layers, self.plan, self.model.id))
+        if not self.chunk_layers:
+            chunks, rule = pipeline_layout(self.model.num_layers, self.plan, self.model.id)
+            object.__setattr__(self, "chunk_layers", chunks)
+            object.__setattr__(self, "pipeline_split", rule)
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Decoder layers on each pipeline rank (all its virtual chunks), first rank first."""
+        pp = self.plan.pp
+        return tuple(sum(self.chunk_layers[r::pp]) for r in range(pp))
+
+    def rank_layer_ranges(self, rank: int) -> tuple[tuple[int, int], ...]:
+        """The [start, end) model-order ranges of decoder layers that pipeline rank ``rank`` holds."""
+        starts = [0]
+        for n in self.chunk_layers:
+            starts.append(starts[-1] + n)
+        chunks = range(rank, len(self.chunk_layers), self.plan.pp)
+        return tuple((starts[c], starts[c + 1]) for c in chunks if starts[c + 1] > starts[c])
 
     @property
     def seq_len(self) -> int:
@@ -70,8 +124,7 @@ def make_scenario(
     if num_devices is None:
         num_devices = p.model_parallel * (p.dp or 1)
     num_devices = _device_count(num_devices)
-    if cluster.max_devices is not None and num_devices > cluster.max_devices:
-        raise MeshplanError("num_devices", num_devices, f"{cluster.id} has at most {cluster.max_devices} devices")
+    cluster.check_devices(num_devices)
     if num_devices % p.model_parallel:
         raise MeshplanError(
             "num_devices",
@@ -92,13 +145,15 @@ def make_scenario(
             raise MeshplanError("plan.zero_shard_size", p.zero_shard_size, f"must divide dp ({dp})")
         if p.ep != 1:
             raise MeshplanError("plan.zero_shard_size", p.zero_shard_size, "hybrid sharding with expert parallelism is not modelled; leave it unset")
+    expert_tp = p.tp
     if p.ep != 1:
         if m.moe is None:
             raise MeshplanError("plan.ep", p.ep, "expert parallelism needs an MoE model; use ep=1 for a dense model")
-        if dp % p.ep:
-            raise MeshplanError("plan.ep", p.ep, f"must divide dp ({dp}): expert parallelism is carved out of data parallelism")
+        expert_tp = _expert_tp(p, dp)
         if m.moe.num_experts % p.ep:
             raise MeshplanError("plan.ep", p.ep, f"must divide num_experts ({m.moe.num_experts}) of {m.id}")
+    elif p.expert_tp not in (None, p.tp):
+        raise MeshplanError("plan.expert_tp", p.expert_tp, f"applies with expert parallelism only; leave it unset or {p.tp} (tp) when ep is 1")
     if m.num_attention_heads % p.tp:
         raise MeshplanError(
             "plan.tp", p.tp, f"must divide num_attention_heads ({m.num_attention_heads}) of {m.id}"
@@ -107,9 +162,10 @@ def make_scenario(
         raise MeshplanError(
             "plan.tp", p.tp, f"must divide num_kv_heads ({m.kv_heads}) or be a multiple of it"
         )
-    if m.ffn_hidden_size % p.tp:
-        raise MeshplanError("plan.tp", p.tp, f"must divide ffn_hidden_size ({m.ffn_hidden_size}) of {m.id}")
-    stage_layers = pipeline_layout(m.num_layers, p, m.id)
+    for width in m.ffn_widths:  # the FFN's hidden dimension is split over tp (Megatron-LM)
+        if width % p.tp:
+            raise MeshplanError("plan.tp", p.tp, f"must divide the FFN hidden size ({width}) of {m.id}")
+    chunk_layers, split = pipeline_layout(m.num_layers, p, m.id)
     if p.virtual_pipeline_stages > 1 and p.pp == 1:
         raise MeshplanError("plan.virtual_pipeline_stages", p.virtual_pipeline_stages, "needs pp > 1")
     if p.virtual_pipeline_stages > 1 and p.schedule != "1f1b":
@@ -131,22 +187,55 @@ def make_scenario(
             global_batch,
             f"interleaved 1F1B needs the number of micro-batches ({micro_batches}) to be a multiple of pp ({p.pp})",
         )
-    plan = p.model_copy(update={"dp": dp, "global_batch_size": global_batch, "seq_len": seq_len})
-    return Scenario(model=m, cluster=cluster, plan=plan, num_devices=num_devices, task=task or Task(), stage_layers=stage_layers)
+    plan = p.model_copy(update={"dp": dp, "global_batch_size": global_batch, "seq_len": seq_len, "expert_tp": expert_tp})
+    return Scenario(model=m, cluster=cluster, plan=plan, num_devices=num_devices, task=task or Task(),
+                    chunk_layers=chunk_layers, pipeline_split=split)
 
 
-def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model") -> tuple[int, ...]:
-    """Decoder layers on each pipeline stage (all its virtual chunks), first stage first."""
-    chunks = p.pp * p.virtual_pipeline_stages
-    uneven = p.first_stage_layers is not None or p.last_stage_layers is not None
-    if not uneven:
-        if num_layers % chunks:
-            field, value = ("plan.pp", p.pp) if p.virtual_pipeline_stages == 1 else ("plan.virtual_pipeline_stages", p.virtual_pipeline_stages)
-            raise MeshplanError(
-                field, value, f"pp*virtual_pipeline_stages ({chunks}) must divide num_layers ({num_layers}) of {model_id}",
-                hint="or set plan.first_stage_layers / plan.last_stage_layers for an uneven pipeline",
-            )
-        return (num_layers // p.pp,) * p.pp
+def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model") -> tuple[tuple[int, ...], str]:
+    """Decoder layers of each model chunk (pp x virtual stages, in pipeline order) and how they
+    were split.
+
+    Rank r holds chunks r, r + pp, r + 2pp, ... (interleaved 1F1B, Narayanan et al. SC21
+    Sec. 2.2.2). Three rules, as the frameworks split by default:
+
+    - the layers divide pp x vpp: every chunk gets the same number (Megatron-Core);
+    - ``first_stage_layers`` / ``last_stage_layers`` given (Megatron-LM
+      --decoder-first/last-pipeline-num-layers): those stages take that many and the others
+      split the rest evenly;
+    - otherwise the embedding and the output layer (norm, logits, loss) each count as one
+      layer, the chunks take floor((L + 2) / chunks) slots each and the first
+      (L + 2) mod chunks chunks one more (torchtitan's ``generate_llm_fqn_per_model_part``;
+      with L + 2 divisible, the same as Megatron-Core's account_for_embedding_in_pipeline_split
+      and account_for_loss_in_pipeline_split, as Megatron-Bridge runs Llama 3.1 405B).
+    """
+    pp, v = p.pp, p.virtual_pipeline_stages
+    chunks = pp * v
+    if p.first_stage_layers is not None or p.last_stage_layers is not None:
+        return _given_split(num_layers, p), GIVEN_SPLIT
+    if num_layers % chunks == 0:
+        return (num_layers // chunks,) * chunks, EVEN_SPLIT
+    slots = num_layers + 2
+    field, value = ("plan.pp", pp) if v == 1 else ("plan.virtual_pipeline_stages", v)
+    if slots < chunks:
+        raise MeshplanError(
+            field, value, f"pp*virtual_pipeline_stages ({chunks}) exceeds the {num_layers} layers of {model_id} "
+            "plus its embedding and output layer",
+        )
+    base, extra = divmod(slots, chunks)
+    layers = [base + (c < extra) for c in range(chunks)]
+    layers[0] -= 1  # the embedding's slot
+    layers[-1] -= 1  # the output layer's slot
+    ranks = [sum(layers[r::pp]) for r in range(pp)]
+    if min(ranks) < 1:
+        raise MeshplanError(
+            field, value, f"every pipeline stage needs a decoder layer; {num_layers} layers of {model_id} "
+            f"split as {ranks}",
+        )
+    return tuple(layers), WEIGHTED_SPLIT
+
+
+def _given_split(num_layers: int, p: Plan) -> tuple[int, ...]:
     if p.virtual_pipeline_stages > 1 or p.pp < 2:
         raise MeshplanError("plan.first_stage_layers", p.first_stage_layers, "uneven stages need pp >= 2 and no virtual stages")
     first = p.first_stage_layers

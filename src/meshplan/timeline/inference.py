@@ -174,8 +174,9 @@ def inference_estimate(scenario: Scenario) -> InferenceEstimate:
     params += sum(b.count * sum(param_share(op, tp) for op in b.ops) for b in graph.blocks) / pp
     # prefill frees each layer's tensors as it goes: the residual stream in and out, plus the MLP's
     # widest intermediates (up/gate projection and activation output) on this tp shard
-    up_width = (model.ffn_matrices - 1) * model.ffn_hidden_size
-    working = batch * task.prompt_len * (2.0 * model.hidden_size + (up_width + model.ffn_hidden_size) / tp) * act
+    widest = max(model.ffn_widths)
+    up_width = (model.ffn_matrices - 1) * widest
+    working = batch * task.prompt_len * (2.0 * model.hidden_size + (up_width + widest) / tp) * act
     memory = InferenceMemory(
         weights_bytes=params * weight_bytes,
         kv_cache_bytes=batch * (task.prompt_len + task.output_len) * layers * kv_per_token_layer,

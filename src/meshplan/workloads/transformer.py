@@ -173,10 +173,12 @@ def decoder_layer(
 def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None) -> tuple[Block, ...]:
     """The decoder layer kinds in order, with their counts (dense first, then MoE)."""
     dense = model.dense_layers
-    blocks = [Block("dense_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len), dense)]
-    if model.moe:
+    blocks = []
+    if dense:
+        blocks.append(Block("dense_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len), dense))
+    if model.moe and model.num_layers > dense:
         blocks.append(Block("moe_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=True), model.num_layers - dense))
-    return tuple(b for b in blocks if b.count)
+    return tuple(blocks)
 
 
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True) -> Graph:
