@@ -98,7 +98,7 @@ def test_validation_reads_moe_cases():
     from meshplan.io.validation_cases import validate
 
     [result] = validate(Path(__file__).parent / "fixtures" / "moe_case.yaml")
-    assert result.skipped is None and result.predicted_step_time_s > 0
+    assert result.error is None and result.predicted_step_time_s > 0
     direct = api.estimate("mixtral-8x7b", "dgx-h100", num_devices=64, tp=2, ep=8, zero_stage=1, recompute="full",
                           global_batch_size=256, micro_batch_size=1, seq_len=4096)
     # the schema has no norm field, so the case uses layernorm where Mixtral has RMSNorm

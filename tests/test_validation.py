@@ -12,6 +12,10 @@ CASES = Path(__file__).resolve().parents[2] / "shared" / "validation" / "public-
 
 pytestmark = pytest.mark.skipif(not CASES.is_file(), reason="shared/validation is not beside the repo")
 
+#: the groups the Ampere profile is fitted on (benchmarks/calibrate.py), and MAD Max's DLRM case;
+#: the Hopper/Blackwell groups (NeMo 24.07, Megatron-Bridge) are scored here but their accuracy
+#: targets belong to the engine and hardware-profile work (issues 8-10), so only scoring is tested
+FITTED_GROUPS = ("megatron_sc21", "korthikanti_2022", "madmax_dlrm")
 
 
 @pytest.fixture(scope="module")
@@ -19,14 +23,11 @@ def results():
     return validate(CASES)
 
 
-def test_every_dense_case_is_predicted_and_others_say_why(results):
-    for r in results:
-        if r.skipped:
-            assert r.relative_error is None and r.predicted_step_time_s is None
-        else:
-            assert r.predicted_step_time_s > 0 and r.fits
-    dense = [r for r in results if not r.skipped]
-    assert len(dense) >= 30
+def test_every_public_case_is_scored(results):
+    assert len(results) == 63
+    assert [r.id for r in results if r.error] == []
+    assert all(r.predicted_step_time_s > 0 for r in results)
+    assert all(r.fits for r in results if r.group in FITTED_GROUPS)
 
 
 #: median |error| target per group: 10% for the dense groups the Ampere profile is fitted on; the
@@ -36,9 +37,10 @@ MEDIAN_TARGET = {"madmax_dlrm": 0.15}
 
 def test_median_error_per_group_within_10_percent(results):
     for group, stats in summarize(results).items():
-        assert stats["median_abs_error"] <= MEDIAN_TARGET.get(group, 0.10), group
+        if group in FITTED_GROUPS:
+            assert stats["median_abs_error"] <= MEDIAN_TARGET.get(group, 0.10), group
 
 
 def test_every_case_within_25_percent(results):
-    misses = {r.id: r.relative_error for r in results if r.relative_error is not None and abs(r.relative_error) > 0.25}
+    misses = {r.id: r.relative_error for r in results if r.group in FITTED_GROUPS and abs(r.relative_error) > 0.25}
     assert not misses

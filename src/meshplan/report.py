@@ -86,15 +86,18 @@ def validation_tables(results, summary) -> list[Table]:
     for col in ("case", "group", "measured", "predicted", "error"):
         cases.add_column(col, justify="left" if col in ("case", "group") else "right")
     for r in results:
-        if r.skipped:
-            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), "-", f"skipped: {r.skipped}")
+        if r.error:
+            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), "-", f"not scored: {r.error}")
         else:
-            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), _s(r.predicted_step_time_s), f"{r.relative_error:+.1%}" if r.relative_error is not None else "-")
+            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), _s(r.predicted_step_time_s),
+                          f"{r.relative_error:+.1%}" + ("" if r.fits else " (predicted not to fit)"))
     groups = Table(title="Absolute error per group", header_style="bold")
-    for col in ("group", "cases", "median", "max"):
+    for col in ("group", "cases", "not scored", "median", "max"):
         groups.add_column(col, justify="left" if col == "group" else "right")
-    for g, s in summary.items():
-        groups.add_row(g, str(s["cases"]), f"{s['median_abs_error']:.1%}", f"{s['max_abs_error']:.1%}")
+    for g, stats in summary.items():
+        median = "-" if stats["median_abs_error"] is None else f"{stats['median_abs_error']:.1%}"
+        worst = "-" if stats["max_abs_error"] is None else f"{stats['max_abs_error']:.1%}"
+        groups.add_row(g, str(stats["cases"]), str(stats["failed"]), median, worst)
     return [cases, groups]
 
 

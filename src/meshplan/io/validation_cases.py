@@ -2,12 +2,18 @@
 
 Unknown extra keys are kept and ignored. DLRM cases (``arch: dlrm``) run with MAD Max's default
 strategy (embeddings model-parallel, dense layers data-parallel) unless ``parallelism`` gives one
-(``strategy: "embedding=(mp) dense=(tp,ddp)"`` or ``embedding:``/``dense:`` lists). Cases meshplan
-cannot model yet are reported with a ``skipped`` reason, never dropped silently.
+(``strategy: "embedding=(mp) dense=(tp,ddp)"`` or ``embedding:``/``dense:`` lists).
+
+Each case is checked and predicted on its own (SCHEMA.md, rules for readers): a case that is
+malformed or cannot be predicted is reported with its id, the field and why (``error``), never
+dropped silently, and the others are still scored. A measured step time must be a finite,
+positive number. ``hardware.devices_per_node`` is honoured: the cluster's scale-up domain takes
+that many devices (same per-device links), or the case is reported as an error.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +37,7 @@ class CaseResult:
     measured_step_time_s: float | None
     predicted_step_time_s: float | None
     relative_error: float | None  # (predicted - measured) / measured
-    skipped: str | None = None
+    error: str | None = None  # why the case could not be scored: "field: got value; what is valid"
     fits: bool | None = None
 
     def as_dict(self) -> dict:
@@ -122,41 +128,122 @@ def load_cases(path: str | Path) -> list[dict]:
     data = load_yaml_or_json(path)
     if not isinstance(data, list):
         raise MeshplanError(str(path), type(data).__name__, "a validation file is a YAML list of cases (SCHEMA.md)")
-    for index, case in enumerate(data):
-        if not isinstance(case, dict):
-            raise MeshplanError(f"{path}[{index}]", case, "each case is a mapping with id, group, model, ...")
     return data
 
 
 def run_case(case: dict, index: int) -> CaseResult:
-    from meshplan.api import estimate
-
-    case_id = str(case.get("id", f"case-{index}"))
-    group = str(case.get("group", "ungrouped"))
-    measured = (case.get("measured") or {}).get("step_time_s")
-    arch = (case.get("model") or {}).get("arch", "dense")
-    if arch not in ("dense", "moe", "dlrm"):
-        return CaseResult(case_id, group, measured, None, None, skipped=f"arch '{arch}' is not modelled yet")
-    cluster_id = (case.get("hardware") or {}).get("cluster")
-    if cluster_id not in catalog.cluster_ids():
-        return CaseResult(case_id, group, measured, None, None, skipped=f"cluster '{cluster_id}' is not in the catalog")
-    inputs = dlrm_case_inputs(case, case_id) if arch == "dlrm" else case_inputs(case, case_id)
-    result = estimate(**inputs)
-    error = None if not measured else (result.step_time_s - measured) / measured
+    """Predict one case; a case that cannot be read or predicted comes back with ``error``."""
+    if not isinstance(case, dict):
+        return CaseResult(f"case-{index}", "ungrouped", None, None, None,
+                          error=str(MeshplanError(f"case-{index}", case, "a mapping with id, group, model, ... (SCHEMA.md)")))
+    case_id = _label(case.get("id"), f"case-{index}")
+    group = _label(case.get("group"), "ungrouped")
+    measured = (case.get("measured") or {}).get("step_time_s") if isinstance(case.get("measured"), dict) else None
+    try:
+        measured = _measured(case, case_id)
+        result = _predict(case, case_id)
+    except MeshplanError as err:
+        return CaseResult(case_id, group, _number_or_none(measured), None, None, error=str(err))
+    except Exception as err:  # noqa: BLE001 - one broken case must not stop the others
+        return CaseResult(case_id, group, _number_or_none(measured), None, None,
+                          error=f"internal error: {type(err).__name__}: {err}")
+    error = (result.step_time_s - measured) / measured
     return CaseResult(case_id, group, measured, result.step_time_s, error, fits=result.fits)
 
 
-def validate(path: str | Path) -> list[CaseResult]:
-    return [run_case(case, i) for i, case in enumerate(load_cases(path))]
+def _label(value, default: str) -> str:
+    return value if isinstance(value, str) and value.strip() else str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
+
+def _number_or_none(value) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
+def _measured(case: dict, case_id: str) -> float:
+    """The measured step time: a finite, positive number (SCHEMA.md)."""
+    value = _get(case, "measured.step_time_s", case_id)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise MeshplanError(f"{case_id}.measured.step_time_s", value, "a finite, positive number of seconds")
+    return float(value)
+
+
+def _predict(case: dict, case_id: str):
+    from meshplan.api import estimate
+
+    model = _get(case, "model", case_id)
+    if not isinstance(model, dict):
+        raise MeshplanError(f"{case_id}.model", model, "a mapping of model fields (SCHEMA.md)")
+    arch = model.get("arch", "dense")
+    if arch not in ("dense", "moe", "dlrm"):
+        raise MeshplanError(f"{case_id}.model.arch", arch, "one of dense, moe, dlrm")
+    for section in ("hardware", "batch", "parallelism"):
+        if case.get(section) is not None and not isinstance(case[section], dict):
+            raise MeshplanError(f"{case_id}.{section}", case[section], "a mapping (SCHEMA.md)")
+    inputs = dlrm_case_inputs(case, case_id) if arch == "dlrm" else case_inputs(case, case_id)
+    inputs["cluster"] = _cluster(case, case_id)
+    try:
+        return estimate(**inputs)
+    except MeshplanError as err:  # name the case in the field path
+        raise MeshplanError(f"{case_id}.{err.field}", err.value, err.valid, hint=err.hint) from None
+
+
+def _cluster(case: dict, case_id: str):
+    """The catalog cluster, its scale-up domain resized to ``hardware.devices_per_node`` if given."""
+    cluster_id = _get(case, "hardware.cluster", case_id)
+    if not isinstance(cluster_id, str):
+        raise MeshplanError(f"{case_id}.hardware.cluster", cluster_id, f"a cluster id: {', '.join(catalog.cluster_ids())}")
+    cluster = catalog.cluster(cluster_id)
+    per_node = case["hardware"].get("devices_per_node")
+    if per_node is None or per_node == cluster.devices_per_node:
+        return cluster
+    field = f"{case_id}.hardware.devices_per_node"
+    if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
+        raise MeshplanError(field, per_node, "a positive integer")
+    levels = cluster.levels
+    outer = levels[1].size if len(levels) > 1 else None
+    devices = case["hardware"].get("num_devices")
+    whole_nodes = not isinstance(devices, int) or devices <= per_node or devices % per_node == 0
+    if (cluster.node_devices is not None or len(levels) < 2 or not whole_nodes
+            or (outer is not None and (per_node >= outer or outer % per_node))):
+        raise MeshplanError(
+            field, per_node, f"{cluster_id} has {cluster.devices_per_node} devices per node; a node of {per_node} "
+            "is another system (give a cluster whose scale-up domain is that node, dividing its next network level "
+            "and the device count)",
+        )
+    resized = (levels[0].model_copy(update={"size": per_node}), *levels[1:])
+    return cluster.model_copy(update={"levels": resized, "id": f"{cluster_id} ({per_node} devices per node)"})
+
+
+def validate(path: str | Path, progress=None) -> list[CaseResult]:
+    """Every case of the file, each scored on its own; a repeated id is reported as an error."""
+    cases = load_cases(path)
+    results, seen = [], set()
+    for index, case in enumerate(cases):
+        result = run_case(case, index)
+        if result.id in seen:
+            result = CaseResult(result.id, result.group, result.measured_step_time_s, None, None,
+                                error=str(MeshplanError(f"{result.id}.id", result.id, "ids must be unique in a file")))
+        seen.add(result.id)
+        results.append(result)
+        if progress:
+            progress(index + 1, len(cases))
+    return results
 
 
 def summarize(results: list[CaseResult]) -> dict[str, dict]:
-    """Per group: number of cases, median and maximum absolute relative error."""
+    """Per group: cases scored, cases that failed, median and maximum absolute relative error
+    (None where no case of the group was scored)."""
     groups: dict[str, list[float]] = {}
+    failed: dict[str, int] = {}
     for r in results:
+        groups.setdefault(r.group, [])
         if r.relative_error is not None:
-            groups.setdefault(r.group, []).append(abs(r.relative_error))
+            groups[r.group].append(abs(r.relative_error))
+        else:
+            failed[r.group] = failed.get(r.group, 0) + 1
     return {
-        g: {"cases": len(errs), "median_abs_error": statistics.median(errs), "max_abs_error": max(errs)}
+        g: {"cases": len(errs), "failed": failed.get(g, 0),
+            "median_abs_error": statistics.median(errs) if errs else None, "max_abs_error": max(errs, default=None)}
         for g, errs in groups.items()
     }

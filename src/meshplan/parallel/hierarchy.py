@@ -24,7 +24,7 @@ TP_OUTSIDE = "dp-cp-tp-pp"
 
 def plan_for_strategy(strategy: tuple[str, ...], cluster: Cluster, num_devices: int) -> dict:
     """Plan fields (tp, dp, zero_stage, zero_shard_size, order) for transformer layers."""
-    node = min(cluster.devices_per_node, num_devices)
+    node = min(cluster.scale_up_devices, num_devices)
     if num_devices % node:
         raise MeshplanError("num_devices", num_devices, f"a multiple of the {node} devices of a node")
     nodes = num_devices // node

@@ -44,6 +44,8 @@ class Cluster(Spec):
     device: Device
     levels: tuple[NetworkLevel, ...] = Field(min_length=1)
     max_devices: Count | None = None
+    # devices per host (a GB200 NVL72 compute tray holds 4); None: the scale-up domain is the node
+    node_devices: Count | None = None
     sources: dict[str, str] = {}
 
     @model_validator(mode="after")
@@ -69,6 +71,11 @@ class Cluster(Spec):
             )
 
     @property
-    def devices_per_node(self) -> int:
+    def scale_up_devices(self) -> int:
         """Devices in the innermost (scale-up) domain."""
         return self.levels[0].size or 1
+
+    @property
+    def devices_per_node(self) -> int:
+        """Devices per host: the scale-up domain unless it spans several hosts (NVL72)."""
+        return self.node_devices or self.scale_up_devices

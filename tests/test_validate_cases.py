@@ -1,0 +1,114 @@
+"""meshplan validate scores each case on its own (SCHEMA.md, rules for readers)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli_runner import run_cli
+from meshplan.io.validation_cases import run_case, summarize, validate
+
+CASES = Path(__file__).resolve().parents[2] / "shared" / "validation" / "public-cases.yaml"
+
+# Narayanan et al. SC21 Table 1, the 1.7B row (a small, fast case)
+GOOD = {
+    "id": "sc21_1p7b", "group": "g", "source": "test",
+    "model": {"arch": "dense", "num_layers": 24, "hidden_size": 2304, "num_attention_heads": 24, "num_kv_heads": 24,
+              "ffn_hidden_size": 9216, "ffn_type": "gelu", "vocab_size": 51200},
+    "hardware": {"cluster": "dgx-a100-80gb", "num_devices": 32, "devices_per_node": 8},
+    "parallelism": {"tp": 1, "pp": 1, "dp": 32, "activation_recompute": "full"},
+    "batch": {"global_batch_sequences": 512, "micro_batch_size": 16, "seq_len": 2048},
+    "precision": "fp16",
+    "measured": {"step_time_s": 2.0},
+}
+
+
+def case(**changes) -> dict:
+    out = copy.deepcopy(GOOD)
+    for path, value in changes.items():
+        node = out
+        keys = path.split("__")
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value
+    return out
+
+
+def write(tmp_path, cases) -> Path:
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump(cases))
+    return path
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 0.0, "1.2M", True, None])
+def test_measured_time_must_be_finite_and_positive(value):
+    result = run_case(case(measured__step_time_s=value), 0)
+    assert result.relative_error is None and result.predicted_step_time_s is None
+    assert "sc21_1p7b.measured.step_time_s" in result.error
+
+
+def test_a_bad_case_is_reported_and_the_others_are_scored(tmp_path):
+    bad_model = case(id="bad_tp", parallelism__tp=5)  # 5 does not divide 24 heads
+    results = validate(write(tmp_path, [GOOD, bad_model, "not a mapping", case(id="no_model", model=None)]))
+    assert [r.id for r in results] == ["sc21_1p7b", "bad_tp", "case-2", "no_model"]
+    assert results[0].error is None and results[0].relative_error is not None
+    assert results[1].error.startswith("bad_tp.num_devices") and "tp*cp*pp" in results[1].error
+    assert results[2].error and results[3].error.startswith("no_model.model")
+    assert summarize(results)["g"] == {"cases": 1, "failed": 2, "median_abs_error": abs(results[0].relative_error),
+                                       "max_abs_error": abs(results[0].relative_error)}
+
+
+def test_repeated_ids_are_reported(tmp_path):
+    results = validate(write(tmp_path, [GOOD, GOOD]))
+    assert results[0].error is None and "unique" in results[1].error
+
+
+def test_devices_per_node_is_honoured_on_single_node_domains():
+    """Four GPUs per node (a 4-GPU NVLink node, as Perlmutter) moves traffic off NVLink."""
+    eight = run_case(case(parallelism__tp=8, parallelism__dp=4), 0)
+    four = run_case(case(parallelism__tp=8, parallelism__dp=4, hardware__devices_per_node=4), 0)
+    assert eight.error is None and four.error is None
+    assert four.predicted_step_time_s > eight.predicted_step_time_s
+
+
+@pytest.mark.parametrize(("cluster", "per_node"), [("gb200-nvl72", 8), ("dgx-a100-80gb", 3), ("dgx-a100-80gb", 0)])
+def test_devices_per_node_that_cannot_be_honoured_is_rejected(cluster, per_node):
+    result = run_case(case(hardware__cluster=cluster, hardware__devices_per_node=per_node), 0)
+    assert result.error.startswith("sc21_1p7b.hardware.devices_per_node")
+
+
+def test_nvl72_trays_of_four_are_the_catalog_node():
+    result = run_case(case(hardware__cluster="gb200-nvl72", hardware__devices_per_node=4), 0)
+    assert result.error is None
+
+
+def test_cli_json_lists_failed_cases_with_their_error(monkeypatch, capsys, tmp_path):
+    path = write(tmp_path, [GOOD, case(id="nan", measured__step_time_s=float("nan"))])
+    code, out, err = run_cli(monkeypatch, capsys, "validate", str(path), "--json")
+    assert code == 0, err
+    rows = json.loads(out)
+    assert rows[0]["error"] is None and rows[1]["error"].startswith("nan.measured.step_time_s")
+    code, out, _ = run_cli(monkeypatch, capsys, "validate", str(path))
+    assert code == 0 and "not scored" in out
+
+
+@pytest.mark.skipif(not CASES.is_file(), reason="shared/validation is not beside the repo")
+def test_free_text_dlrm_interaction_as_schema_allows():
+    """SCHEMA.md: interaction may read 'dcnv2 ...'; a case that spells it out is scored."""
+    dlrm = {
+        "id": "dcn", "group": "g",
+        "model": {"arch": "dlrm", "embedding_dim": 128, "table_rows": [40000000] * 4 + [1000] * 22,
+                  "multi_hot_sizes": [3] * 26, "bottom_mlp": [512, 256, 128], "top_mlp": [1024, 1024, 512, 256, 1],
+                  "num_dense_features": 13, "interaction": "DCNv2 MultiCross, 3 layers, low-rank projection 512"},
+        "hardware": {"cluster": "dgx-a100-80gb", "num_devices": 8},
+        "batch": {"global_batch_samples": 65536},
+        "measured": {"step_time_s": 0.1},
+    }
+    result = run_case(dlrm, 0)
+    assert result.error is None and result.predicted_step_time_s > 0
+    short = run_case({**dlrm, "model": {**dlrm["model"], "interaction": "dcnv2 3", "dcn_low_rank_dim": 512}}, 0)
+    assert short.predicted_step_time_s == pytest.approx(result.predicted_step_time_s, rel=1e-12)
