@@ -40,12 +40,25 @@ def estimate_table(e: Estimate) -> Table:
         (f"  {kind}", f"{format_seconds(c['serialized_s'])}, {c['hidden_fraction']:.0%} hidden")
         for kind, c in e.collectives.items()
     ]
+    if e.pipeline_split != "even":
+        rows.append(("layers per pipeline stage", f"{_runs(e.stage_layers)} ({e.pipeline_split})"))
     if e.train_tokens:
         days = e.time_to_train_s(e.train_tokens) / 86400
         rows.append((f"time to train {e.train_tokens:.3g} tokens", f"{days:,.2f} days, {e.device_hours(e.train_tokens):,.0f} device-hours"))
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _runs(values: tuple[int, ...]) -> str:
+    """``15, 16 x6, 15`` for (15, 16, 16, 16, 16, 16, 16, 15)."""
+    out: list[list[int]] = []
+    for v in values:
+        if out and out[-1][0] == v:
+            out[-1][1] += 1
+        else:
+            out.append([v, 1])
+    return ", ".join(f"{v} x{n}" if n > 1 else str(v) for v, n in out)
 
 
 def inference_table(e) -> Table:

@@ -45,8 +45,8 @@ def _expert_tp(p: Plan, dp: int) -> int:
 EVEN_SPLIT = "even"
 GIVEN_SPLIT = "first/last stage layers as given"
 WEIGHTED_SPLIT = (
-    "uneven: the embedding and the loss count as one layer each and the remainder goes to the "
-    "earliest chunks (torchtitan's default split; Megatron-Core's account_for_embedding/loss_in_pipeline_split)"
+    "uneven: the embedding and the loss count as a layer each, the earliest chunks take the remainder "
+    "(torchtitan; Megatron-Core's account_for_embedding/loss_in_pipeline_split)"
 )
 
 

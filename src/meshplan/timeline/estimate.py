@@ -57,6 +57,8 @@ class Estimate:
     fits: bool
     warnings: tuple[str, ...] = field(default=())
     train_tokens: float | None = None
+    stage_layers: tuple[int, ...] = ()  # decoder layers per pipeline rank, first rank first
+    pipeline_split: str = "even"  # how the layers were split (specs.scenario.pipeline_layout)
 
     def time_to_train_s(self, tokens: float) -> float:
         return tokens / self.tokens_per_s

@@ -135,6 +135,8 @@ def step_estimate(costed: CostedProgram) -> Estimate:
         fits=fits,
         warnings=warnings,
         train_tokens=s.task.train_tokens,
+        stage_layers=s.stage_layers,
+        pipeline_split=s.pipeline_split,
     )
 
 

@@ -1,0 +1,158 @@
+"""Plans that real runs used, run as published (issue: published plans as published).
+
+Layers that do not divide pp x vpp split as torchtitan does by default (the embedding and the
+loss count as a layer each; the earliest chunks take the remainder), which for Llama 3.1 405B is
+Megatron-Bridge's account_for_embedding/loss_in_pipeline_split; every-layer-MoE models; MoE
+parallel folding; TPU v4 pods over the data-center network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from meshplan import api, catalog
+from meshplan.errors import MeshplanError
+from meshplan.specs import Plan
+from meshplan.specs.scenario import EVEN_SPLIT, GIVEN_SPLIT, WEIGHTED_SPLIT, pipeline_layout
+
+HF = Path(__file__).parent / "fixtures" / "hf"
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "chunks"),
+    [
+        (126, 16, 1, (7,) + (8,) * 14 + (7,)),  # Llama 3 405B: 128 slots / 16
+        (126, 8, 8, (1,) + (2,) * 62 + (1,)),  # Megatron-Bridge 405B recipe: 128 slots / 64 chunks
+        (61, 16, 1, (3,) + (4,) * 14 + (2,)),  # DeepSeek-V3: 63 slots, first 15 stages take 4
+        (61, 8, 4, (1,) + (2,) * 30 + (0,)),  # 63 slots / 32: the last chunk holds only the loss (as Megatron-Bridge's DeepSeek-V3 layout)
+        (70, 12, 1, (5,) + (6,) * 10 + (5,)),  # BLOOM 176B on 12 stages: 72 slots
+        (27, 4, 1, (7, 7, 7, 6)),  # torchtitan's own example: 29 slots, stage 0 takes the extra one
+    ],
+)
+def test_uneven_split_as_torchtitan(layers, pp, vpp, chunks):
+    got, rule = pipeline_layout(layers, Plan(pp=pp, virtual_pipeline_stages=vpp))
+    assert got == chunks and sum(got) == layers and rule == WEIGHTED_SPLIT
+
+
+def test_even_and_given_splits_are_unchanged():
+    assert pipeline_layout(96, Plan(pp=16)) == ((6,) * 16, EVEN_SPLIT)
+    assert pipeline_layout(61, Plan(pp=16, first_stage_layers=3, last_stage_layers=2)) == ((3,) + (4,) * 14 + (2,), GIVEN_SPLIT)
+
+
+def test_too_many_stages_say_why():
+    with pytest.raises(MeshplanError) as err:
+        pipeline_layout(4, Plan(pp=8))
+    assert err.value.field == "plan.pp"
+    with pytest.raises(MeshplanError) as err:
+        pipeline_layout(3, Plan(pp=2, virtual_pipeline_stages=4))  # 5 slots for 8 chunks
+    assert err.value.field == "plan.virtual_pipeline_stages"
+    with pytest.raises(MeshplanError) as err:
+        pipeline_layout(2, Plan(pp=4))  # 4 slots: the first stage would hold only the embedding
+    assert err.value.field == "plan.pp" and "every pipeline stage" in err.value.valid
+
+
+def test_interleaved_ranks_hold_every_pp_th_chunk():
+    s = api.scenario("llama3-405b", "dgx-h100", num_devices=1024, tp=8, pp=8, virtual_pipeline_stages=8,
+                     global_batch_size=512, seq_len=8192)
+    assert s.stage_layers == (15,) + (16,) * 6 + (15,)
+    assert s.rank_layer_ranges(0)[:2] == ((0, 1), (15, 17))  # chunk 0 (embedding + 1 layer), chunk 8
+
+
+def test_llama3_405b_and_deepseek_v3_pp16_estimate_and_say_how():
+    llama = api.estimate("llama3-405b", "dgx-h100", num_devices=2048, tp=8, pp=16, global_batch_size=2048,
+                         seq_len=8192, recompute="full", sequence_parallel=True)
+    assert llama.stage_layers == (7,) + (8,) * 14 + (7,) and llama.pipeline_split == WEIGHTED_SPLIT
+    assert llama.step_time_s > 0 and llama.breakdown.total_s == pytest.approx(llama.step_time_s, rel=1e-9)
+    deepseek = api.estimate("deepseek-v3", "dgx-h800", num_devices=2048, pp=16, ep=64, global_batch_size=15360,
+                            zero_stage=1, recompute="full", precision="fp8")
+    assert deepseek.stage_layers == (3,) + (4,) * 14 + (2,)
+    # the first stage's three layers are DeepSeek's three dense ones; MoE layers fill the rest
+    assert sum(r.devices for r in deepseek.roles) == 2048
+
+
+def test_search_explores_uneven_pipelines():
+    result = api.search("llama3-405b", "dgx-h100", 2048, global_batch_size=2048, seq_len=8192, top=3,
+                        space={"tp": [8], "pp": [16], "micro_batch_size": [1], "virtual_pipeline_stages": [1],
+                               "recompute": ["full"], "zero_stage": [1], "sequence_parallel": [True]})
+    assert [row["pp"] for row in result.top] == [16]
+    deepseek = api.search("deepseek-v3", "dgx-h800", 2048, global_batch_size=15360, precision="fp8", top=1,
+                          space={"tp": [1], "pp": [16], "ep": [64], "micro_batch_size": [1], "recompute": ["full"],
+                                 "zero_stage": [1], "virtual_pipeline_stages": [1]})
+    assert deepseek.top[0]["pp"] == 16
+
+
+@pytest.mark.parametrize(("fixture", "experts", "top_k", "expert_ffn"), [
+    ("qwen3-30b-a3b", 128, 8, 768), ("gpt-oss-120b", 128, 4, 2880),
+])
+def test_every_layer_moe_models_need_no_dense_ffn(fixture, experts, top_k, expert_ffn):
+    model = api.resolve_model(str(HF / fixture / "config.json"))
+    assert model.ffn_hidden_size is None and model.dense_layers == 0
+    assert (model.moe.num_experts, model.moe.top_k, model.moe.expert_ffn_hidden_size) == (experts, top_k, expert_ffn)
+    e = api.estimate(model, "dgx-h100", num_devices=16, ep=16, global_batch_size=64, seq_len=4096, zero_stage=1)
+    assert e.step_time_s > 0
+
+
+def test_qwen3_30b_active_parameters():
+    """Qwen3-30B-A3B: 30.5B parameters, 3.3B activated (Qwen3 technical report, Table 2)."""
+    model = api.resolve_model(str(HF / "qwen3-30b-a3b" / "config.json"))
+    assert model.num_params == pytest.approx(30.5e9, rel=0.01)
+    assert model.active_params == pytest.approx(3.3e9, rel=0.03)
+
+
+def test_dense_layers_still_need_their_ffn():
+    with pytest.raises(MeshplanError) as err:
+        api.resolve_model({"arch": "moe", "num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+                           "moe": {"num_experts": 4, "top_k": 1, "expert_ffn_hidden_size": 64, "first_dense_layers": 1}})
+    assert "ffn_hidden_size" in str(err.value)
+
+
+def test_moe_parallel_folding_lets_ep_span_tp():
+    """Qwen3-235B on 256 H100 as Megatron-Bridge runs it: tp 2, pp 8, ep 32 > dp 16, experts without tp."""
+    plan = dict(num_devices=256, tp=2, pp=8, ep=32, sequence_parallel=True, virtual_pipeline_stages=4,
+                zero_stage=1, global_batch_size=2048, seq_len=4096)
+    model = {"id": "qwen3-235b-a22b", "arch": "moe", "num_layers": 94, "hidden_size": 4096, "num_attention_heads": 64,
+             "num_kv_heads": 4, "head_dim": 128, "ffn_type": "swiglu", "vocab_size": 151936,
+             "moe": {"num_experts": 128, "top_k": 8, "expert_ffn_hidden_size": 1536}}
+    folded = api.estimate(model, "dgx-h100", **plan)
+    assert folded.plan["expert_tp"] == 1 and folded.step_time_s > 0
+    with pytest.raises(MeshplanError) as err:  # keeping tp in the experts needs ep | dp
+        api.estimate(model, "dgx-h100", **plan, expert_tp=2)
+    assert err.value.field == "plan.ep"
+    with pytest.raises(MeshplanError) as err:  # Megatron-Core needs sequence parallelism here
+        api.estimate(model, "dgx-h100", **{**plan, "sequence_parallel": False})
+    assert err.value.field == "plan.ep"
+
+
+def test_folding_keeps_flop_and_moves_expert_weights():
+    """Experts without tp hold whole experts (twice the weights at tp 2) and compute the same flop."""
+    base = dict(num_devices=16, tp=2, ep=8, sequence_parallel=True, global_batch_size=64, seq_len=4096, zero_stage=1)
+    keep = api.scenario("mixtral-8x7b", "dgx-h100", **base, expert_tp=2)
+    fold = api.scenario("mixtral-8x7b", "dgx-h100", **base, expert_tp=1)
+    from meshplan.parallel.program import build_program
+
+    kept, folded = build_program(keep).kinds["moe_layer"], build_program(fold).kinds["moe_layer"]
+    assert sum(o.flop for o in kept.ops) == pytest.approx(sum(o.flop for o in folded.ops), rel=1e-12)
+    assert folded.expert_params == pytest.approx(2 * kept.expert_params, rel=1e-12)
+    assert folded.ep_comms[0].span.size == 8
+
+
+def test_palm_6144_tpu_v4_chips_span_two_pods():
+    """PaLM 540B (Chowdhery et al. 2022, Sec. 4): 6144 TPU v4 chips in two pods over the data-center network."""
+    palm = {"id": "palm-540b", "num_layers": 118, "hidden_size": 18432, "num_attention_heads": 48, "num_kv_heads": 1,
+            "head_dim": 256, "ffn_hidden_size": 73728, "ffn_type": "swiglu", "vocab_size": 256000, "tied_embeddings": True}
+    e = api.estimate(palm, "tpu-v4-pod", num_devices=6144, tp=12, global_batch_size=2048, seq_len=2048,
+                     zero_stage=3, recompute="full")
+    inside = api.estimate(palm, "tpu-v4-pod", num_devices=3072, tp=12, global_batch_size=2048, seq_len=2048,
+                          zero_stage=3, recompute="full")
+    assert e.fits and e.step_time_s < inside.step_time_s
+    assert e.comm_total_s["dp"] > inside.comm_total_s["dp"] / 2  # the cross-pod step is slow DCN
+
+
+def test_a_job_larger_than_the_outermost_level_is_refused():
+    cluster = catalog.cluster("tpu-v4-pod")
+    two_levels = cluster.model_copy(update={"levels": cluster.levels[:2], "max_devices": None})
+    with pytest.raises(MeshplanError) as err:
+        api.estimate("gpt3-175b", two_levels, num_devices=8192, tp=8, pp=8, global_batch_size=1024)
+    assert err.value.field == "num_devices" and "data-center" in (err.value.hint or "")
