@@ -156,3 +156,14 @@ def test_a_job_larger_than_the_outermost_level_is_refused():
     with pytest.raises(MeshplanError) as err:
         api.estimate("gpt3-175b", two_levels, num_devices=8192, tp=8, pp=8, global_batch_size=1024)
     assert err.value.field == "num_devices" and "data-center" in (err.value.hint or "")
+
+
+def test_context_parallel_ranks_share_the_distributed_optimizer():
+    """Megatron-Core reduces gradients and shards the distributed optimizer over dp x cp: Llama 3 8B
+    on 8 H100 with cp 2, dp 4 (NeMo 24.07) holds the optimizer states of dp 8, and fits."""
+    base = dict(num_devices=8, zero_stage=1, global_batch_size=128, seq_len=8192, precision="fp8")
+    cp2 = api.estimate("llama3-8b", "dgx-h100", cp=2, **base)
+    dp8 = api.estimate("llama3-8b", "dgx-h100", **base)
+    assert cp2.memory.optimizer_bytes == pytest.approx(dp8.memory.optimizer_bytes, rel=1e-12)
+    assert cp2.fits
+    assert cp2.comm_total_s["dp"] > 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from meshplan.parallel.mesh import expert_mesh
+from meshplan.parallel.mesh import expert_mesh, weight_replicas
 from meshplan.specs.device import BYTES_PER_ELEMENT
 
 
@@ -112,9 +112,9 @@ def stage_memory(
     weights over dp (or the hybrid-sharding group) and routed-expert weights over their own data-parallel group (parallel.mesh.expert_mesh). ``layer_activations`` is
     [(bytes one layer keeps per micro-batch, trained layers of that kind)].
     """
-    tp, pp, dp, v, zero = plan.tp, plan.pp, plan.dp or 1, plan.virtual_pipeline_stages, plan.zero_stage
+    tp, pp, v, zero = plan.tp, plan.pp, plan.virtual_pipeline_stages, plan.zero_stage
     edp = expert_mesh(plan)[2]
-    shard = plan.zero_shard_size or dp  # hybrid sharding shards within groups of this size
+    dp, _, shard = weight_replicas(plan)  # dp x cp ranks hold the same weights; ZeRO shards over them
 
     def sharded(total: float, expert: float, stage_min: int) -> float:
         if zero < stage_min:

@@ -34,6 +34,22 @@ def pipeline_neighbour_span(cluster: Cluster, plan: Plan) -> GroupSpan:
     return group_span(cluster, 2, axis_stride(plan, "pp"))
 
 
+def weight_replicas(plan: Plan) -> tuple[int, int, int]:
+    """(ranks holding the same weights, their stride, ZeRO/FSDP shard group size).
+
+    Context-parallel ranks see different tokens of the same sequences with the same weights, so
+    gradients are reduced, and the distributed optimizer sharded, over dp x cp (Megatron-Core's
+    data-parallel group with context parallelism). Hybrid sharding shards within
+    ``zero_shard_size`` dp ranks (times cp). With cp inside dp (the default order) the group is
+    contiguous from cp's stride; in another order its span is approximated by the inner stride.
+    """
+    dp, cp = plan.dp or 1, plan.cp
+    shard = (plan.zero_shard_size or dp) * cp
+    if cp == 1:
+        return dp, axis_stride(plan, "dp"), shard
+    return dp * cp, min(axis_stride(plan, "cp"), axis_stride(plan, "dp")), shard
+
+
 def expert_mesh(plan: Plan) -> tuple[int, int, int, int]:
     """(expert tp, ep stride, expert dp, expert-dp stride) of the routed experts' mesh.
 
@@ -45,7 +61,7 @@ def expert_mesh(plan: Plan) -> tuple[int, int, int, int]:
     """
     etp = plan.expert_tp or plan.tp
     inner = plan.tp * plan.cp * (plan.dp or 1)
-    if etp == plan.tp:
+    if etp == plan.tp:  # ep inside dp; the experts' replicas are the rest of dp x cp
         stride = plan.tp * plan.cp
-        return etp, stride, (plan.dp or 1) // plan.ep, stride * plan.ep
+        return etp, stride, plan.cp * (plan.dp or 1) // plan.ep, plan.tp if plan.cp > 1 else stride * plan.ep
     return etp, etp, inner // (etp * plan.ep), etp * plan.ep

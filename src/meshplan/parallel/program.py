@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from meshplan.costs.collectives import CollectiveKind, GroupSpan, group_span
 from meshplan.errors import MeshplanError
 from meshplan.parallel.memory import MemoryBreakdown, StateBytes, stage_memory, state_bytes_per_param
-from meshplan.parallel.mesh import axis_span, axis_stride, expert_mesh, pipeline_neighbour_span
+from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import Block, Graph, Op, Saved
@@ -230,23 +230,23 @@ def _roles(s: Scenario, blocks: tuple[Block, ...], frozen: int) -> list[tuple[st
 
 def build_program(scenario: Scenario) -> Program:
     s, plan, model, cluster = scenario, scenario.plan, scenario.model, scenario.cluster
-    tp, cp, pp, dp, v, ep = plan.tp, plan.cp, plan.pp, plan.dp or 1, plan.virtual_pipeline_stages, plan.ep
+    tp, cp, pp, v, ep = plan.tp, plan.cp, plan.pp, plan.virtual_pipeline_stages, plan.ep
     act_bytes = activation_bytes(plan.precision)
     graph = lower(model, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention)
     x_bytes = graph.tokens / cp * model.hidden_size * act_bytes  # one residual-stream tensor
 
-    # expert parallelism is carved out of data parallelism (Megatron-Core): ep neighbours sit
-    # dp-stride apart, and expert weights are data-parallel over the remaining dp / ep
-    dp_stride = axis_stride(plan, "dp")
+    # expert parallelism is carved out of data parallelism, or folded over tp x cp x dp
+    # (parallel.mesh.expert_mesh); expert weights are data-parallel over what remains
     _, ep_stride, edp, edp_stride = expert_mesh(plan)
+    replicas, replica_stride, shard = weight_replicas(plan)
     spans = {
         "tp": axis_span(cluster, plan, "tp"),
         "cp": axis_span(cluster, plan, "cp"),
-        "dp": axis_span(cluster, plan, "dp"),
+        "dp": group_span(cluster, replicas, replica_stride),
         "ep": group_span(cluster, ep, ep_stride),
         "edp": group_span(cluster, edp, edp_stride),
-        "dp_shard": group_span(cluster, plan.zero_shard_size or dp, dp_stride),
-        "dp_replica": group_span(cluster, dp // (plan.zero_shard_size or dp), dp_stride * (plan.zero_shard_size or dp)),
+        "dp_shard": group_span(cluster, shard, replica_stride),
+        "dp_replica": group_span(cluster, replicas // shard, replica_stride * shard),
     }
     kinds = {block.name: _kind(s, block, x_bytes, spans) for block in graph.blocks}
 
@@ -275,7 +275,7 @@ def build_program(scenario: Scenario) -> Program:
         worst["expert_trainable"] = max(worst["expert_trainable"], expert_trainable)
 
     dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, max(s.stage_layers))
-    optimizer_params = worst["trainable"] / ((plan.zero_shard_size or dp) if plan.zero_stage >= 1 else 1)
+    optimizer_params = worst["trainable"] / (shard if plan.zero_stage >= 1 else 1)
     optimizer_params += worst["expert_trainable"] / (edp if plan.zero_stage >= 1 else 1)
     return Program(
         scenario=scenario,
@@ -350,9 +350,8 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
 def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, layers_per_device: int):
     """Gradient reduction (and ZeRO's weight gathers) once per step, or per micro-batch for
     ZeRO-3; expert weights over their own data-parallel group (parallel.mesh.expert_mesh)."""
-    dp = plan.dp or 1
+    dp, _, shard = weight_replicas(plan)  # dp x cp ranks reduce gradients together
     edp = expert_mesh(plan)[2]
-    shard = plan.zero_shard_size or dp
     dp_comms: list[Comm] = []
     zero3: list[Comm] = []
     for axis, span, size, params, trainable in (
