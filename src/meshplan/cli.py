@@ -12,13 +12,29 @@ import typer
 
 from meshplan.errors import MeshplanError
 
+_HELP = {"help_option_names": ["-h", "--help"]}
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    context_settings=_HELP,
     pretty_exceptions_enable=False,
     help="Predict and plan how large ML models run on accelerator clusters.",
 )
-catalog_app = typer.Typer(no_args_is_help=True, help="List and show built-in devices, clusters and models.")
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"meshplan {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+):
+    """Predict and plan how large ML models run on accelerator clusters."""
+
+
+catalog_app = typer.Typer(no_args_is_help=True, context_settings=_HELP, help="List and show built-in devices, clusters and models.")
 app.add_typer(catalog_app, name="catalog")
 
 _PLAN_FLAGS = {
@@ -206,7 +222,7 @@ def search(
     _console(stderr=True).print(summary)
 
 
-results_app = typer.Typer(no_args_is_help=True, help="Query stored search results with SQL (DuckDB).")
+results_app = typer.Typer(no_args_is_help=True, context_settings=_HELP, help="Query stored search results with SQL (DuckDB).")
 app.add_typer(results_app, name="results")
 
 
@@ -246,7 +262,8 @@ class _progress:
     def __init__(self, label: str):
         from rich.progress import Progress
 
-        self._bar = Progress(console=_console(stderr=True), transient=True)
+        console = _console(stderr=True)
+        self._bar = Progress(console=console, transient=True, disable=not console.is_terminal)
         self._label = label
         self._task = None
 
@@ -331,31 +348,56 @@ def _usage_message(err: Exception) -> str:
 
 
 def _is_usage_error(err: Exception) -> bool:
-    """Click's exceptions; typer >= 0.20 raises those of its own vendored copy of click."""
-    import click
+    """Click's usage errors, without importing click: typer >= 0.20 raises those of its own
+    vendored copy, older typer those of click itself."""
+    return isinstance(err, typer.TyperException) or any(
+        cls.__name__ in ("ClickException", "UsageError") for cls in type(err).__mro__
+    )
 
-    return isinstance(err, (click.ClickException, getattr(typer, "TyperException", click.ClickException)))
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("meshplan")
+    except PackageNotFoundError:
+        from meshplan import __version__
+
+        return __version__
 
 
 def main() -> None:
-    """Entry point: bad input is one clear line on stderr and exit code 2, never a traceback."""
-    import click
-
+    """Entry point: bad input is one clear line on stderr and exit code 2, never a traceback;
+    an interrupt is "interrupted" and exit code 130."""
     try:
-        app(standalone_mode=False)
+        # outside standalone mode typer returns the exit code of ctx.exit() (130 for Ctrl-C with
+        # typer >= 0.20); older typer raises Abort instead
+        code = app(standalone_mode=False)
+        if code == 130:
+            raise KeyboardInterrupt
+        if isinstance(code, int) and not isinstance(code, bool) and code:
+            sys.exit(code)
     except MeshplanError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
-    except (KeyboardInterrupt, click.exceptions.Abort, typer.Abort):
+    except (KeyboardInterrupt, typer.Abort):
         print("interrupted", file=sys.stderr)
         sys.exit(130)
-    except (click.exceptions.Exit, typer.Exit) as err:
+    except typer.Exit as err:
         sys.exit(err.exit_code)
     except BrokenPipeError:  # e.g. `meshplan ... | head`: stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(1)
+    except RecursionError:
+        print("error: input: nested too deeply to read", file=sys.stderr)
+        sys.exit(2)
     except Exception as err:  # click's usage errors and anything unexpected
+        if type(err).__name__ in ("Exit",) and hasattr(err, "exit_code"):  # click.exceptions.Exit under old typer
+            sys.exit(err.exit_code)
+        if type(err).__name__ == "Abort":
+            print("interrupted", file=sys.stderr)
+            sys.exit(130)
         if _is_usage_error(err):
             message = _usage_message(err)
             if message:  # empty for a bare `meshplan`, whose help is already printed

@@ -19,6 +19,14 @@ class MeshplanError(ValueError):
             message += f" ({hint})"
         super().__init__(message)
 
+    def __reduce__(self):
+        """Rebuilt from its parts, so an error raised in a worker process comes back whole."""
+        return (_rebuild, (type(self), self.field, self.value, self.valid, self.hint))
+
+
+def _rebuild(cls, field, value, valid, hint):
+    return cls(field, value, valid, hint=hint)
+
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
     """The closest known ids to ``name``, best first (for 'did you mean' hints)."""

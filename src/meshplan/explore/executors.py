@@ -7,6 +7,7 @@ cluster (the ``ray`` extra; a local instance starts if none is running).
 from __future__ import annotations
 
 import os
+import signal
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 
 from meshplan.errors import MeshplanError
@@ -44,11 +45,22 @@ class RayExecutor(Executor):
         return remote.remote(*args, **kwargs).future()
 
 
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+#: the most worker processes a local search starts
+MAX_WORKERS = 256
+
+
 def make_executor(name: str, workers: int | None = None) -> Executor:
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS):
+        raise MeshplanError("--workers", workers, f"a whole number of worker processes from 1 to {MAX_WORKERS}")
     if name == "serial":
         return SerialExecutor()
     if name == "local":
-        return ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1)
+        # workers ignore Ctrl-C: the parent alone stops the search and keeps what finished
+        return ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, initializer=_ignore_interrupts)
     if name == "ray":
         return RayExecutor()
     raise MeshplanError("--executor", name, f"one of {', '.join(EXECUTORS)}")

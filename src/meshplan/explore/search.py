@@ -93,13 +93,17 @@ class SearchResult:
         return self.top[0] if self.top else None
 
     def to_arrow(self, rows: list[dict] | None = None):
-        import pyarrow as pa
-
+        try:
+            import pyarrow as pa
+        except ImportError:
+            raise MeshplanError("to_arrow", "pyarrow", "install the store extra: pip install 'meshplan[store]'") from None
         return pa.Table.from_pylist(rows if rows is not None else self.top)
 
     def to_pandas(self):
-        import pandas as pd
-
+        try:
+            import pandas as pd
+        except ImportError:
+            raise MeshplanError("to_pandas", "pandas", "install the pandas extra: pip install 'meshplan[pandas]'") from None
         return pd.DataFrame(self.top)
 
 
