@@ -16,14 +16,20 @@ def load_yaml_or_json(path: str | Path):
     path = Path(path)
     if not path.is_file():
         raise MeshplanError("file", str(path), "no such file")
-    text = path.read_text()
-    if path.suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise MeshplanError(str(path), f"line {err.lineno} column {err.colno}", f"malformed JSON: {err.msg}") from None
     try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise MeshplanError(str(path), f"byte {err.start}", "a UTF-8 text file (YAML or JSON)") from None
+    except OSError as err:
+        raise MeshplanError("file", str(path), f"a readable file ({err.strerror})") from None
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
         return yaml.load(text, Loader=_LOADER)
+    except RecursionError:
+        raise MeshplanError(str(path), "nesting", "YAML or JSON nested less deeply") from None
+    except json.JSONDecodeError as err:
+        raise MeshplanError(str(path), f"line {err.lineno} column {err.colno}", f"malformed JSON: {err.msg}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1} column {mark.column + 1}" if mark else "?"

@@ -156,7 +156,8 @@ def _label(value, default: str) -> str:
 
 
 def _number_or_none(value) -> float | None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A measured time worth echoing next to an error: finite and positive, else None."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
     return float(value) if ok else None
 
 
