@@ -62,7 +62,7 @@ FLAG_CASES = [
     ("devices-not-multiple", [*GPT3, "--devices", "100", "--tp", "8"], "num_devices", ["100", "tp*cp*pp"]),
     ("too-many-devices", [*GPT3, "--devices", "100000", "--tp", "8"], "num_devices", ["100000", "4096"]),
     ("heads-vs-tp", [*GPT3, "--devices", "5", "--tp", "5"], "plan.tp", ["5", "num_attention_heads", "96"]),
-    ("layers-vs-pp", [*GPT3, "--devices", "5", "--pp", "5"], "plan.pp", ["5", "num_layers", "96"]),
+    ("layers-vs-pp", [*GPT3, "--devices", "128", "--pp", "128"], "plan.pp", ["128", "layers", "96"]),
     (
         "batch-vs-micro-batch",
         [*GPT3_1536, "--global-batch", "1000", "--micro-batch", "1"],
@@ -233,7 +233,7 @@ def test_api_accepts_bandwidth_with_units():
     ("kwargs", "field", "value"),
     [
         ({"num_devices": 5, "tp": 5}, "plan.tp", 5),
-        ({"num_devices": 5, "pp": 5}, "plan.pp", 5),
+        ({"num_devices": 128, "pp": 128}, "plan.pp", 128),
         ({"num_devices": 1536, "tp": 8, "pp": 16, "dp": 10}, "plan.dp", 10),
         ({"num_devices": 1536, "tp": 8, "pp": 16, "global_batch_size": 1000}, "plan.global_batch_size", 1000),
         ({"num_devices": 8, "tp": 0}, "plan.tp", 0),
