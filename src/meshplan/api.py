@@ -28,6 +28,7 @@ from meshplan.timeline.estimate import Estimate
 from meshplan.timeline.inference import InferenceEstimate, inference_estimate
 from meshplan.timeline.step import step_estimate
 from meshplan.timeline.trace import chrome_trace
+from meshplan.units import format_bytes
 
 
 def resolve_model(model: str | TransformerModel | DLRMModel | dict) -> TransformerModel | DLRMModel:
@@ -228,8 +229,8 @@ def _nothing_fits(result: SearchResult, num_devices: int, capacity: float) -> Me
     factor = -(-need // capacity)  # ceil
     return MeshplanError(
         "memory",
-        f"{need / 1e9:.1f} GB per device for the leanest of {result.candidates} plans",
-        f"a device holds {capacity / 1e9:.1f} GB",
+        f"{format_bytes(need, 'GiB')} per device for the leanest of {result.candidates} plans",
+        f"a device holds {format_bytes(capacity, 'GiB')}",
         hint=f"try about {int(factor) * num_devices} devices, zero_stage 3 and recompute full in the space, "
         "or a smaller micro-batch",
     )

@@ -89,6 +89,7 @@ def estimate(
     scenario = api.scenario(model_ref, cluster_ref, plan, devices or cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
     from meshplan.timeline.dlrm import DLRMEstimate
+    from meshplan.units import format_bytes
 
     if trace:
         try:
@@ -111,8 +112,8 @@ def estimate(
         # the full result is printed above; the exit status says the plan cannot run
         raise MeshplanError(
             "memory",
-            f"{result.memory.total_bytes / 1e9:.1f} GB per device",
-            f"the device holds {result.memory.capacity_bytes / 1e9:.1f} GB",
+            f"{format_bytes(result.memory.total_bytes, 'GiB')} per device",
+            f"the device holds {format_bytes(result.memory.capacity_bytes, 'GiB')}",
             hint="shard the embeddings (embedding=(mp)) or the dense layers (tp, fsdp), or use more devices"
             if isinstance(result, DLRMEstimate) else
             "try a higher --zero stage, --recompute full, more --tp or --pp, or a smaller --micro-batch",
