@@ -145,3 +145,54 @@ def test_dlrm_serialized_sums_every_task():
     assert d.serialized_s == pytest.approx(sum(t.end_s - t.start_s for t in d.tasks), rel=1e-9)
     assert d.serialized_s == pytest.approx(d.compute_s + d.comm_s, rel=1e-9)
     assert d.iteration_s <= d.serialized_s
+
+
+# --- 6. progress for the Pareto fronts ---
+
+
+def test_pareto_reports_progress_to_the_end():
+    calls = []
+    space = {"tp": [1, 2], "pp": [1, 2], "recompute": ["none", "full"], "micro_batch_size": [1]}
+    fronts = meshplan.api.pareto("llama3-8b", "dgx-h100", 8, {"global_batch_size": 64}, space, progress=lambda d, t: calls.append((d, t)))
+    assert fronts["memory"] and fronts["devices"]
+    done = [d for d, _ in calls]
+    assert done == sorted(done) and all(0 <= d <= t for d, t in calls)
+    assert calls[-1][0] == calls[-1][1]  # the bar ends full
+    assert len({t for _, t in calls}) == 1  # one total for both fronts: the bar never jumps back
+    # 8, 4, 2, 1 devices: four searches after the memory front's plans
+    assert calls[-1][1] - 4 == max(d for d, _ in calls[:-4])
+
+
+def test_search_pareto_cli_still_prints_fronts(monkeypatch, capsys):
+    code, out, err = run_cli(monkeypatch, capsys, "search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8",
+                             "--global-batch", "64", "--pareto", "--executor", "serial", "--set", "space.tp=[1,2]", "--set", "space.pp=[1,2]")
+    assert code == 0, err
+    assert "Pareto front: step time vs memory per device" in out
+
+
+# --- 7. ties ---
+
+
+def _row(**changes) -> dict:
+    from meshplan.explore.pareto import COMPONENTS
+    from meshplan.explore.search import PLAN_COLUMNS
+
+    row = {k: 1 for k in PLAN_COLUMNS} | {c: 0.25 for c in COMPONENTS} | {"step_time_s": 2.0}
+    return row | changes
+
+
+def test_runner_up_with_the_same_step_time_ties():
+    from meshplan.explore.pareto import why_slower
+    from meshplan.report import runner_up_line
+
+    best = _row(zero_stage=1)
+    other = _row(zero_stage=2, step_time_s=2.0 * (1 + 1e-12), compute_s=0.25 + 1e-15)
+    why = why_slower(best, other)
+    assert why["tie"] and why["slower_by_s"] == 0.0
+    assert all(v == 0.0 for v in why["components_s"].values())
+    line = runner_up_line(why)
+    assert "ties with the best" in line and "slower" not in line
+
+    slower = why_slower(best, _row(zero_stage=3, step_time_s=2.5, exposed_dp_s=0.75))
+    assert not slower["tie"] and slower["slower_by_s"] == pytest.approx(0.5)
+    assert "slower" in runner_up_line(slower)

@@ -147,6 +147,8 @@ def front_table(title: str, rows: list[dict]) -> Table:
 
 def runner_up_line(why: dict) -> str:
     changed = ", ".join(f"{k} {a}->{b}" for k, (a, b) in why["changed"].items())
+    if why.get("tie"):
+        return f"runner-up ({changed}) ties with the best (same step time)"
     parts = ", ".join(f"{k.removesuffix('_s')} {v:+.3g} s" for k, v in why["components_s"].items() if abs(v) > 0)
     return f"runner-up ({changed}) is {format_seconds(why['slower_by_s'])} slower: {parts}"
 
