@@ -100,7 +100,8 @@ def step_estimate(costed: CostedProgram) -> Estimate:
     }
     # the step with nothing overlapped: all the work of the critical device one after another
     # (compute with recompute, every collective in full, the optimizer) plus the pipeline bubble;
-    # the step time is this minus the communication that overlap hides
+    # the step time is this minus the communication that overlap hides, plus the slowdown that
+    # overlapping costs the compute beside it (so with one layer per stage it can exceed this)
     serialized = compute_s + sum(comm_total.values()) + costed.optimizer_s + bubble_s
     op_kinds = by_op_kind(costed, critical, m)
     collectives = by_collective(costed, critical, m, exposed)
