@@ -11,7 +11,7 @@ from meshplan.explore.search import ROW_TYPES, SearchResult
 from meshplan.explore.search import search as run_search
 from meshplan.explore.dlrm_search import search_dlrm
 from meshplan.explore.executors import make_executor
-from meshplan.explore.pareto import devices_front, memory_front
+from meshplan.explore.pareto import device_counts, devices_front, memory_front
 from meshplan.explore.serving import search_serving
 from meshplan.explore.space import SearchSpace
 from meshplan.explore.store import PlanStore
@@ -28,6 +28,7 @@ from meshplan.timeline.estimate import Estimate
 from meshplan.timeline.inference import InferenceEstimate, inference_estimate
 from meshplan.timeline.step import step_estimate
 from meshplan.timeline.trace import chrome_trace
+from meshplan.units import format_bytes
 
 
 def resolve_model(model: str | TransformerModel | DLRMModel | dict) -> TransformerModel | DLRMModel:
@@ -149,11 +150,26 @@ def search_job(model, cluster, num_devices, plan=None, space=None, task=None, **
     )
 
 
-def pareto(model, cluster, num_devices, plan=None, space=None, task=None, **plan_fields) -> dict:
+def pareto(model, cluster, num_devices, plan=None, space=None, task=None, progress=None, **plan_fields) -> dict:
     """Exact Pareto fronts around the best plan: step time vs memory per device, and step time
-    vs devices used (num_devices, num_devices/2, ...)."""
+    vs devices used (num_devices, num_devices/2, ...). ``progress(done, total)`` counts the plans
+    the memory front considers, then one more for each device count's search."""
     job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
-    return {"memory": memory_front(*job), "devices": devices_front(*job)}
+    counts = len(device_counts(num_devices))
+    plans = 0
+
+    def memory_progress(done: int, total: int) -> None:
+        nonlocal plans
+        plans = total
+        progress(done, total + counts)
+
+    def devices_progress(done: int, total: int) -> None:
+        progress(plans + done, plans + total)
+
+    return {
+        "memory": memory_front(*job, progress=memory_progress if progress else None),
+        "devices": devices_front(*job, progress=devices_progress if progress else None),
+    }
 
 
 def search(
@@ -228,8 +244,8 @@ def _nothing_fits(result: SearchResult, num_devices: int, capacity: float) -> Me
     factor = -(-need // capacity)  # ceil
     return MeshplanError(
         "memory",
-        f"{need / 1e9:.1f} GB per device for the leanest of {result.candidates} plans",
-        f"a device holds {capacity / 1e9:.1f} GB",
+        f"{format_bytes(need, 'GiB')} per device for the leanest of {result.candidates} plans",
+        f"a device holds {format_bytes(capacity, 'GiB')}",
         hint=f"try about {int(factor) * num_devices} devices, zero_stage 3 and recompute full in the space, "
         "or a smaller micro-batch",
     )

@@ -105,6 +105,7 @@ def estimate(
     scenario = api.scenario(model_ref, cluster_ref, plan, devices or cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
     from meshplan.timeline.dlrm import DLRMEstimate
+    from meshplan.units import format_bytes
 
     if trace:
         try:
@@ -127,8 +128,8 @@ def estimate(
         # the full result is printed above; the exit status says the plan cannot run
         raise MeshplanError(
             "memory",
-            f"{result.memory.total_bytes / 1e9:.1f} GB per device",
-            f"the device holds {result.memory.capacity_bytes / 1e9:.1f} GB",
+            f"{format_bytes(result.memory.total_bytes, 'GiB')} per device",
+            f"the device holds {format_bytes(result.memory.capacity_bytes, 'GiB')}",
             hint="shard the embeddings (embedding=(mp)) or the dense layers (tp, fsdp), or use more devices"
             if isinstance(result, DLRMEstimate) else
             "try a higher --zero stage, --recompute full, more --tp or --pp, or a smaller --micro-batch",
@@ -196,7 +197,10 @@ def search(
             model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, task,
             progress=report, executor=executor, workers=workers, store=str(store) if store else None,
         )
-    fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), _section(cfg, "task")) if pareto else None
+    fronts = None
+    if pareto:
+        with _progress("Pareto fronts") as report:
+            fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), _section(cfg, "task"), progress=report)
     dlrm = bool(result.top) and "strategy" in result.top[0]
     runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not (serving or dlrm) else None
     summary = (

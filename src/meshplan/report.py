@@ -5,13 +5,13 @@ from __future__ import annotations
 from rich.table import Table
 
 from meshplan.timeline.estimate import Estimate
-from meshplan.units import format_bytes, format_seconds
+from meshplan.units import format_bytes, format_devices, format_seconds
 
 
 def estimate_table(e: Estimate) -> Table:
     p = e.plan
     title = (
-        f"{e.model_id} on {e.num_devices} x {e.cluster_id}  "
+        f"{e.model_id} on {format_devices(e.num_devices, e.cluster_id)}  "
         f"tp={p['tp']} pp={p['pp']} dp={p['dp']} cp={p['cp']} ep={p['ep']} vpp={p['virtual_pipeline_stages']} "
         f"mb={p['micro_batch_size']} gb={p['global_batch_size']} seq={p['seq_len']} "
         f"zero={p['zero_stage']} recompute={p['recompute']} {p['precision']}"
@@ -19,8 +19,14 @@ def estimate_table(e: Estimate) -> Table:
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
+    add_groups(table, estimate_groups(e))
+    return table
+
+
+def estimate_groups(e: Estimate) -> dict[str, list[tuple[str, str]]]:
+    """The rows of the estimate table in three groups: time, where the time goes, memory."""
     b = e.breakdown
-    rows = [
+    time_rows = [
         ("step time", format_seconds(e.step_time_s)),
         ("tokens/s", f"{e.tokens_per_s:,.0f}"),
         ("samples/s", f"{e.samples_per_s:,.2f}"),
@@ -31,23 +37,40 @@ def estimate_table(e: Estimate) -> Table:
         *((f"exposed comm {axis}", format_seconds(t)) for axis, t in b.exposed_comm_s.items() if t > 0),
         ("pipeline bubble", format_seconds(b.bubble_s)),
         ("optimizer", format_seconds(b.optimizer_s)),
-        ("serialized (no overlap)", format_seconds(e.serialized_s)),
-        ("memory per device", f"{format_bytes(e.memory.total_bytes)} of {format_bytes(e.memory.capacity_bytes)}" + ("" if e.fits else "  DOES NOT FIT")),
-        *((f"  {name.removesuffix('_bytes')}", format_bytes(v)) for name, v in e.memory.as_dict().items() if name not in ("capacity_bytes", "total_bytes") and v > 0),
-    ]
-    rows += [(f"  serialized {kind}", format_seconds(t)) for kind, t in e.serialized_by_op_s.items() if t > 0]
-    rows += [
-        (f"  {kind}", f"{format_seconds(c['serialized_s'])}, {c['hidden_fraction']:.0%} hidden")
-        for kind, c in e.collectives.items()
     ]
     if e.pipeline_split != "even":
-        rows.append(("layers per pipeline stage", f"{_runs(e.stage_layers)} ({e.pipeline_split})"))
+        time_rows.append(("layers per pipeline stage", f"{_runs(e.stage_layers)} ({e.pipeline_split})"))
     if e.train_tokens:
         days = e.time_to_train_s(e.train_tokens) / 86400
-        rows.append((f"time to train {e.train_tokens:.3g} tokens", f"{days:,.2f} days, {e.device_hours(e.train_tokens):,.0f} device-hours"))
-    for name, value in rows:
-        table.add_row(name, value)
-    return table
+        time_rows.append((f"time to train {e.train_tokens:.3g} tokens", f"{days:,.2f} days, {e.device_hours(e.train_tokens):,.0f} device-hours"))
+    # the serialized step: every op kind and collective in full, plus the bubble; these sum to it
+    work_rows = [
+        ("where the time goes (serialized, nothing overlapped)", format_seconds(e.serialized_s)),
+        *((f"  {kind.replace('_', ' ')}", format_seconds(t)) for kind, t in e.serialized_by_op_s.items() if t > 0),
+        *((f"  {kind}", f"{format_seconds(c['serialized_s'])}, {c['hidden_fraction']:.0%} hidden")
+          for kind, c in e.collectives.items()),
+        *((("  pipeline bubble", format_seconds(b.bubble_s)),) if b.bubble_s > 0 else ()),
+    ]
+    memory_rows = [
+        ("memory per device", f"{format_bytes(e.memory.total_bytes)} of {format_bytes(e.memory.capacity_bytes)}" + ("" if e.fits else "  DOES NOT FIT")),
+        *((f"  {_memory_name(name)}", format_bytes(v)) for name, v in e.memory.as_dict().items() if name not in ("capacity_bytes", "total_bytes") and v > 0),
+    ]
+    return {"time": time_rows, "work": work_rows, "memory": memory_rows}
+
+
+def _memory_name(field: str) -> str:
+    """'optimizer_bytes' -> 'optimizer state' (not to be read as the optimizer's time)."""
+    name = field.removesuffix("_bytes")
+    return "optimizer state" if name == "optimizer" else name.replace("_", " ")
+
+
+def add_groups(table: Table, groups: dict[str, list[tuple[str, str]]]) -> None:
+    """Rows in groups, a rule between groups."""
+    for index, rows in enumerate(groups.values()):
+        if index:
+            table.add_section()
+        for name, value in rows:
+            table.add_row(name, value)
 
 
 def _runs(values: tuple[int, ...]) -> str:
@@ -64,7 +87,7 @@ def _runs(values: tuple[int, ...]) -> str:
 def inference_table(e) -> Table:
     p = e.plan
     title = (
-        f"{e.model_id} inference on {e.num_devices} x {e.cluster_id}  tp={p['tp']} pp={p['pp']} dp={p['dp']} "
+        f"{e.model_id} inference on {format_devices(e.num_devices, e.cluster_id)}  tp={p['tp']} pp={p['pp']} dp={p['dp']} "
         f"batch={e.batch_size} prompt={e.prompt_len} output={e.output_len} {p['precision']}"
     )
     table = Table(title=title, header_style="bold")
@@ -84,13 +107,14 @@ def inference_table(e) -> Table:
         ("request latency", format_seconds(e.request_s)),
         ("decode tokens/s", f"{e.decode_tokens_per_s:,.0f}"),
         ("output tokens/s over the request", f"{e.tokens_per_s:,.0f}"),
+    ]
+    memory_rows = [
         ("memory per device", f"{format_bytes(e.memory.total_bytes)} of {format_bytes(e.memory.capacity_bytes)}" + ("" if e.fits else "  DOES NOT FIT")),
         ("  weights", format_bytes(e.memory.weights_bytes)),
         ("  KV cache", format_bytes(e.memory.kv_cache_bytes)),
         ("  activations", format_bytes(e.memory.activations_bytes)),
     ]
-    for name, value in rows:
-        table.add_row(name, value)
+    add_groups(table, {"time": rows, "memory": memory_rows})
     return table
 
 
@@ -139,6 +163,8 @@ def front_table(title: str, rows: list[dict]) -> Table:
 
 def runner_up_line(why: dict) -> str:
     changed = ", ".join(f"{k} {a}->{b}" for k, (a, b) in why["changed"].items())
+    if why.get("tie"):
+        return f"runner-up ({changed}) ties with the best (same step time)"
     parts = ", ".join(f"{k.removesuffix('_s')} {v:+.3g} s" for k, v in why["components_s"].items() if abs(v) > 0)
     return f"runner-up ({changed}) is {format_seconds(why['slower_by_s'])} slower: {parts}"
 

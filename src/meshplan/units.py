@@ -82,16 +82,47 @@ def parse_quantity(value: object, kind: str, field: str = "value") -> float:
     return float(match.group("num")) * scale
 
 
-def format_bytes(n: float) -> str:
-    """'81.9 GB' style, decimal units (GB = 1e9 bytes)."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+#: a difference of floats this small relative to its operands is rounding noise, not a quantity
+NOISE = 1e-9
+
+
+def difference(a: float, b: float, floor: float | None = None) -> float:
+    """``a - b`` with rounding noise (below ``NOISE`` relative to the larger operand) set to
+    exactly 0.0, never -0.0; with ``floor``, never below it (a time that cannot be negative)."""
+    d = a - b
+    if abs(d) <= NOISE * max(abs(a), abs(b)):
+        d = 0.0
+    if floor is not None:
+        d = max(d, floor)
+    return d + 0.0  # -0.0 + 0.0 is 0.0
+
+
+_BINARY_UNITS = (("TiB", 2.0**40), ("GiB", 2.0**30), ("MiB", 2.0**20), ("KiB", 2.0**10))
+
+
+def format_bytes(n: float, unit: str | None = None) -> str:
+    """'79.6 GiB' style: memory is printed in binary units, as nvidia-smi and the catalog state
+    device memory (an "80GB" A100 holds 80 GiB = 85.9e9 bytes). ``unit`` fixes the unit, so that
+    two sizes compared in one message read in the same one."""
+    if unit is not None:
+        scale = dict(_BINARY_UNITS)[unit]
+        return f"{n / scale:,.1f} {unit}"
+    for name, scale in _BINARY_UNITS:
         if abs(n) >= scale:
-            return f"{n / scale:.3g} {unit}"
+            return f"{n / scale:.3g} {name}"
     return f"{n:.0f} B"
 
 
+def format_devices(num_devices: int, cluster_id: str) -> str:
+    """'1536 devices of dgx-a100-80gb'."""
+    return f"{num_devices} device{'' if num_devices == 1 else 's'} of {cluster_id}"
+
+
 def format_seconds(t: float) -> str:
+    t += 0.0  # never print -0
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if abs(t) >= scale:
             return f"{t / scale:.4g} {unit}"
+    if t == 0.0:
+        return "0 s"
     return f"{t * 1e9:.3g} ns"

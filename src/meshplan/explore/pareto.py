@@ -8,6 +8,8 @@ devices: the best plan at each device count from the full count down by halves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from meshplan.costs.costed import cost_program
@@ -17,14 +19,19 @@ from meshplan.explore.search import PLAN_COLUMNS, plan_row, search
 from meshplan.explore.space import SearchSpace, expand
 from meshplan.parallel.program import build_program
 from meshplan.timeline.step import step_estimate
+from meshplan.units import NOISE, difference
+
+#: called as progress(done, total) while a front is computed
+Progress = Callable[[int, int], None]
 
 #: the parts of a step time that the breakdown columns of a row hold
 COMPONENTS = ("compute_s", "bubble_s", "optimizer_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s", "exposed_pp_s", "exposed_dp_s")
 
 
-def memory_front(model, cluster, num_devices, base, space: SearchSpace | None = None, task=None) -> list[dict]:
+def memory_front(model, cluster, num_devices, base, space: SearchSpace | None = None, task=None,
+                 progress: Progress | None = None) -> list[dict]:
     """Plans that fit and that no other plan beats on both step time and memory per device,
-    least memory first."""
+    least memory first. ``progress(done, total)`` is called as the plans are considered."""
     scenarios = expand(space or SearchSpace(), model, cluster, num_devices, base, task).scenarios
     programs = [build_program(s) for s in scenarios]
     memory = np.array([max(r.memory.total_bytes for r in p.roles) for p in programs])
@@ -32,7 +39,10 @@ def memory_front(model, cluster, num_devices, base, space: SearchSpace | None = 
     bounds = lower_bounds(scenarios)
     front: list[dict] = []
     fastest = np.inf
-    for index in np.lexsort((bounds, memory)):
+    order = np.lexsort((bounds, memory))
+    for position, index in enumerate(order, start=1):
+        if progress:
+            progress(position, len(order))
         if not fits[index] or bounds[index] >= fastest:
             continue
         row = plan_row(step_estimate(cost_program(programs[index])))
@@ -44,12 +54,24 @@ def memory_front(model, cluster, num_devices, base, space: SearchSpace | None = 
     return front
 
 
-def devices_front(model, cluster, num_devices, base, space: SearchSpace | None = None, task=None) -> list[dict]:
+def device_counts(num_devices: int) -> list[int]:
+    """num_devices, num_devices/2, ... while the count is even, down to 1."""
+    counts = [num_devices]
+    while counts[-1] % 2 == 0:
+        counts.append(counts[-1] // 2)
+    return counts
+
+
+def devices_front(model, cluster, num_devices, base, space: SearchSpace | None = None, task=None,
+                  progress: Progress | None = None) -> list[dict]:
     """The best plan at num_devices, num_devices/2, ... while something fits; only counts whose
-    best plan is faster than at every smaller count are kept (fewest devices first)."""
+    best plan is faster than at every smaller count are kept (fewest devices first).
+    ``progress(done, total)`` is called after each device count's search."""
     best_per_count = []
-    count = num_devices
-    while count >= 1:
+    counts = device_counts(num_devices)
+    for done, count in enumerate(counts, start=1):
+        if progress:
+            progress(done - 1, len(counts))
         try:
             result = search(model, cluster, count, base, space, top_k=1, task=task)
         except MeshplanError:
@@ -57,9 +79,8 @@ def devices_front(model, cluster, num_devices, base, space: SearchSpace | None =
         if not result.top:
             break
         best_per_count.append(result.top[0])
-        if count % 2:
-            break
-        count //= 2
+    if progress:
+        progress(len(counts), len(counts))
     front, fastest = [], np.inf
     for row in sorted(best_per_count, key=lambda r: r["num_devices"]):
         if row["step_time_s"] < fastest:
@@ -70,8 +91,12 @@ def devices_front(model, cluster, num_devices, base, space: SearchSpace | None =
 
 def why_slower(best: dict, other: dict) -> dict:
     """How ``other`` differs from ``best``: the plan knobs that changed and, per component of the
-    step time, how many seconds more (positive) or less it spends; largest difference first."""
+    step time, how many seconds more (positive) or less it spends; largest difference first.
+    ``tie`` is true when the two step times are equal within float noise (relative ``NOISE``):
+    then ``slower_by_s`` is 0 and neither plan loses."""
     changed = {k: (best[k], other[k]) for k in PLAN_COLUMNS if best[k] != other[k]}
-    deltas = {c: (other[c] or 0.0) - (best[c] or 0.0) for c in COMPONENTS}
+    deltas = {c: difference(other[c] or 0.0, best[c] or 0.0) for c in COMPONENTS}
     ordered = dict(sorted(deltas.items(), key=lambda item: -abs(item[1])))
-    return {"slower_by_s": other["step_time_s"] - best["step_time_s"], "changed": changed, "components_s": ordered}
+    slower_by = difference(other["step_time_s"], best["step_time_s"])
+    tie = abs(other["step_time_s"] - best["step_time_s"]) <= NOISE * max(abs(best["step_time_s"]), abs(other["step_time_s"]))
+    return {"slower_by_s": 0.0 if tie else slower_by, "tie": tie, "changed": changed, "components_s": ordered}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from meshplan.costs.costed import BACKWARD_OF, CostedProgram, comm_s
+from meshplan.units import difference
 
 #: op kinds as MAD Max reports them
 OP_KIND = {"matmul": "gemm", "attention": "attention", "elementwise": "memory_bound", "lookup": "embedding_lookup"}
@@ -73,12 +74,13 @@ def by_collective(costed: CostedProgram, role_index: int, micro_batches: int, ex
         axis_total = sum(kinds.values())
         for kind, seconds in kinds.items():
             hidden_exposed[kind] += exposed.get(axis, 0.0) * seconds / axis_total if axis_total else 0.0
-    return {
-        kind: {
-            "serialized_s": seconds,
-            "exposed_s": min(hidden_exposed[kind], seconds),
-            "hidden_fraction": 1.0 - min(hidden_exposed[kind], seconds) / seconds if seconds else 0.0,
-        }
-        for kind, seconds in total.items()
-        if seconds > 0
-    }
+    out = {}
+    for kind, seconds in total.items():
+        if seconds > 0:
+            exposed_s = min(max(hidden_exposed[kind], 0.0), seconds)
+            out[kind] = {
+                "serialized_s": seconds,
+                "exposed_s": exposed_s,
+                "hidden_fraction": difference(seconds, exposed_s, floor=0.0) / seconds,
+            }
+    return out

@@ -23,7 +23,7 @@ from meshplan.parallel.dlrm import DLRMProgram, build_dlrm_program
 from meshplan.parallel.dlrm_memory import DLRMMemory
 from meshplan.specs.dlrm_scenario import DLRMScenario
 from meshplan.workloads.dlrm import lower_dlrm
-from meshplan.units import format_bytes, format_seconds
+from meshplan.units import difference, format_bytes, format_devices, format_seconds
 
 COMPUTE_KINDS = ("embedding_lookup", "gemm", "other")
 COLLECTIVES = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter")
@@ -59,7 +59,7 @@ class DLRMEstimate:
     global_batch_size: int
     precision: str
     iteration_s: float  # overlapped, as scheduled
-    serialized_s: float  # every task one after another
+    serialized_s: float  # nothing overlapped: every task (compute and collective) one after another
     compute_s: float
     comm_s: float
     exposed_comm_s: float  # iteration with communication and no compute
@@ -95,7 +95,7 @@ class DLRMEstimate:
     def __repr__(self) -> str:
         status = "fits" if self.fits else "DOES NOT FIT"
         return (
-            f"DLRMEstimate({self.model_id} on {self.num_devices} x {self.cluster_id}, {self.strategy}: "
+            f"DLRMEstimate({self.model_id} on {format_devices(self.num_devices, self.cluster_id)}, {self.strategy}: "
             f"iteration {format_seconds(self.iteration_s)}, {self.mqps:.3g} MQPS, serialized "
             f"{format_seconds(self.serialized_s)}, comm exposed {self.comm_exposed_fraction:.1%}, memory "
             f"{format_bytes(self.memory.total_bytes)} of {format_bytes(self.memory.capacity_bytes)} ({status}))"
@@ -141,14 +141,14 @@ def dlrm_estimate(program: DLRMProgram, costed: tuple[CostedTask, ...]) -> DLRME
         for t in (c for c in comms if c.category == kind):
             for k, v in hidden_behind(t, compute).items():
                 behind[k] += v
-        hidden = sum(behind.values())
-        breakdown[kind] = CollectiveBreakdown(by_kind[kind], hidden, by_kind[kind] - hidden, behind)
-    exposed = max(iteration - compute_s, 0.0)
+        hidden = min(sum(behind.values()), by_kind[kind])
+        breakdown[kind] = CollectiveBreakdown(by_kind[kind], hidden, difference(by_kind[kind], hidden, floor=0.0), behind)
+    exposed = difference(iteration, compute_s, floor=0.0)
     graph, batch = program.graph, program.global_batch_size
     model_flop = 3.0 * graph.forward_flop_per_sample * batch
     memory = program.memory
     warnings = () if memory.fits else (
-        f"does not fit: {format_bytes(memory.total_bytes)} per device of {format_bytes(memory.capacity_bytes)}",
+        f"does not fit: {format_bytes(memory.total_bytes, 'GiB')} per device of {format_bytes(memory.capacity_bytes, 'GiB')}",
     )
     return DLRMEstimate(
         model_id=graph.model.id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from meshplan.parallel.memory import MemoryBreakdown
-from meshplan.units import format_bytes, format_seconds
+from meshplan.units import format_bytes, format_devices, format_seconds
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Estimate:
     hardware_flop_per_step: float
     tflops_per_device: float  # achieved hardware TFLOP/s per device (Megatron's reported metric)
     breakdown: StepBreakdown
-    serialized_s: float  # every op and collective one after another, no overlap
+    serialized_s: float  # nothing overlapped: every op and collective one after another, plus the bubble
     overlapped_s: float  # the step time (as scheduled, with overlap)
     comm_total_s: dict[str, float]  # all communication per axis, hidden or not
     serialized_by_op_s: dict[str, float]  # MAD Max Fig. 15: compute by op kind (gemm, attention, ...)
@@ -82,7 +82,7 @@ class Estimate:
         comm = ", ".join(f"{k}={format_seconds(v)}" for k, v in b.exposed_comm_s.items() if v > 0) or "none"
         status = "fits" if self.fits else "DOES NOT FIT"
         return (
-            f"Estimate({self.model_id} on {self.num_devices} x {self.cluster_id}: "
+            f"Estimate({self.model_id} on {format_devices(self.num_devices, self.cluster_id)}: "
             f"step {format_seconds(self.step_time_s)}, {self.tokens_per_s:,.0f} tokens/s, "
             f"MFU {self.mfu:.1%}, compute {format_seconds(b.compute_s)}, exposed comm [{comm}], "
             f"bubble {format_seconds(b.bubble_s)}, memory {format_bytes(self.memory.total_bytes)} "

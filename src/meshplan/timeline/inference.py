@@ -21,7 +21,7 @@ from meshplan.parallel.mesh import axis_span, pipeline_neighbour_span
 from meshplan.parallel.program import param_share, shard_op
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
-from meshplan.units import format_bytes, format_seconds
+from meshplan.units import format_bytes, format_devices, format_seconds
 from meshplan.workloads.transformer import layer_blocks, lower
 
 
@@ -87,7 +87,7 @@ class InferenceEstimate:
 
     def __repr__(self) -> str:
         return (
-            f"InferenceEstimate({self.model_id} on {self.num_devices} x {self.cluster_id}, batch {self.batch_size}: "
+            f"InferenceEstimate({self.model_id} on {format_devices(self.num_devices, self.cluster_id)}, batch {self.batch_size}: "
             f"TTFT {format_seconds(self.ttft_s)}, TPOT {format_seconds(self.tpot_s)}, "
             f"{self.decode_tokens_per_s:,.0f} tokens/s decoding, memory {format_bytes(self.memory.total_bytes)} "
             f"of {format_bytes(self.memory.capacity_bytes)} ({'fits' if self.fits else 'DOES NOT FIT'}))"

@@ -13,6 +13,7 @@ from meshplan.costs.costed import CostedProgram, RoleTimes
 from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
 from meshplan.timeline.pipeline_schedule import pipeline_time_s
+from meshplan.units import difference, format_bytes
 from meshplan.workloads.ops import dense_flop
 
 
@@ -80,7 +81,7 @@ def step_estimate(costed: CostedProgram) -> Estimate:
         "cp": m * times.cp_exposed_s,
         "ep": m * times.ep_s,
         "pp": m * times.pp_s,
-        "dp": step_s - pipe_s - costed.optimizer_s + m * z3,
+        "dp": difference(step_s, pipe_s + costed.optimizer_s, floor=0.0) + m * z3,
     }
     compute_s = m * (times.compute_forward_s + times.compute_backward_s)
     breakdown = StepBreakdown(
@@ -97,7 +98,11 @@ def step_estimate(costed: CostedProgram) -> Estimate:
         "pp": exposed["pp"],
         "dp": costed.dp_s + m * (costed.zero3_gather_s + costed.zero3_scatter_s),
     }
-    serialized = compute_s + sum(comm_total.values()) + costed.optimizer_s
+    # the step with nothing overlapped: all the work of the critical device one after another
+    # (compute with recompute, every collective in full, the optimizer) plus the pipeline bubble;
+    # the step time is this minus the communication that overlap hides, plus the slowdown that
+    # overlapping costs the compute beside it (so with one layer per stage it can exceed this)
+    serialized = compute_s + sum(comm_total.values()) + costed.optimizer_s + bubble_s
     op_kinds = by_op_kind(costed, critical, m)
     collectives = by_collective(costed, critical, m, exposed)
 
@@ -108,8 +113,8 @@ def step_estimate(costed: CostedProgram) -> Estimate:
     warnings = ()
     if not fits:
         warnings = (
-            f"does not fit: {worst_memory.total_bytes / 1e9:.1f} GB needed per device, "
-            f"{worst_memory.capacity_bytes / 1e9:.1f} GB available",
+            f"does not fit: {format_bytes(worst_memory.total_bytes, 'GiB')} needed per device, "
+            f"{format_bytes(worst_memory.capacity_bytes, 'GiB')} available",
         )
     return Estimate(
         model_id=s.model.id,
