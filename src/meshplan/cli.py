@@ -94,15 +94,16 @@ def estimate(
         cfg = apply_override(cfg, assignment)
     flags = locals()
     plan = _section(cfg, "plan")
-    for flag, field in _PLAN_FLAGS.items():
-        if flags[flag] is not None:
-            plan[field] = flags[flag]
+    plan_flags = {field: flags[flag] for flag, field in _PLAN_FLAGS.items()}
+    plan.update({k: v for k, v in plan_flags.items() if v is not None})
     task = _section(cfg, "task")
     task_flags = {"train_tokens": train_tokens, "kind": task_kind, "frozen_layers": frozen_layers,
                   "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
     task.update({k: v for k, v in task_flags.items() if v is not None})
+    _flags_agree_with_sets(set_, {"plan": plan_flags, "task": task_flags,
+                                  "": {"model": model, "cluster": cluster, "devices": devices}})
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
-    scenario = api.scenario(model_ref, cluster_ref, plan, devices or cfg.get("devices"), task)
+    scenario = api.scenario(model_ref, cluster_ref, plan, devices if devices is not None else cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
     from meshplan.timeline.dlrm import DLRMEstimate
     from meshplan.units import format_bytes
@@ -134,6 +135,26 @@ def estimate(
             if isinstance(result, DLRMEstimate) else
             "try a higher --zero stage, --recompute full, more --tp or --pp, or a smaller --micro-batch",
         )
+
+
+def _flags_agree_with_sets(assignments: list[str], flags: dict[str, dict]) -> None:
+    """A flag and a ``--set`` of the same field must agree: neither silently wins.
+
+    ``flags`` maps a config section ("plan", "task", or "" for the top level) to the values its
+    flags gave (None where a flag was not given)."""
+    from meshplan.config import apply_override
+
+    for assignment in assignments:
+        set_cfg = apply_override({}, assignment)
+        for section, given in flags.items():
+            values = set_cfg if not section else set_cfg.get(section)
+            if not isinstance(values, dict):
+                continue
+            for key, value in values.items():
+                flag = given.get(key)
+                if flag is not None and key in given and flag != value and not isinstance(value, dict):
+                    name = f"{section}.{key}" if section else key
+                    raise MeshplanError(f"--set {name}", value, f"disagrees with the flag that gives {flag!r}; give one of them")
 
 
 def _model_and_cluster(cfg: dict, model: str | None, cluster: str | None):
@@ -179,16 +200,17 @@ def search(
     for assignment in set_:
         cfg = apply_override(cfg, assignment)
     plan = _section(cfg, "plan")
-    for value, field in ((global_batch, "global_batch_size"), (seq_len, "seq_len"), (precision, "precision")):
-        if value is not None:
-            plan[field] = value
+    plan_flags = {"global_batch_size": global_batch, "seq_len": seq_len, "precision": precision}
+    plan.update({k: v for k, v in plan_flags.items() if v is not None})
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
-    num_devices = devices or cfg.get("devices")
+    num_devices = devices if devices is not None else cfg.get("devices")
     if num_devices is None:
         raise MeshplanError("devices", None, "give --devices N or devices: in --config")
     task = _section(cfg, "task")
     task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
     task.update({k: v for k, v in task_flags.items() if v is not None})
+    _flags_agree_with_sets(set_, {"plan": plan_flags, "task": task_flags,
+                                  "": {"model": model, "cluster": cluster, "devices": devices}})
     serving = task.get("kind") == "inference"
     if (serving or _is_dlrm(model_ref)) and (pareto or store):
         raise MeshplanError("--pareto", True, "--pareto and --store are for transformer training searches")

@@ -11,6 +11,8 @@ import itertools
 from collections import Counter
 from dataclasses import dataclass
 
+from typing import Annotated, TypeVar
+
 from pydantic import Field
 
 from meshplan.errors import MeshplanError
@@ -19,19 +21,25 @@ from meshplan.specs.base import Count, Spec
 from meshplan.specs.plan import Recompute, Schedule
 
 
+T = TypeVar("T")
+#: the values to try for one knob: at least one, at most a few hundred
+Values = Annotated[list[T], Field(min_length=1, max_length=256)]
+ZeroStage = Annotated[int, Field(ge=0, le=3)]
+
+
 class SearchSpace(Spec):
     """Values to try per plan knob. ``dp`` is never listed: it follows from the device count."""
 
-    tp: list[Count] = [1, 2, 4, 8]
-    pp: list[Count] = [1, 2, 4, 8, 16, 32, 64]
-    cp: list[Count] = [1]
-    ep: list[Count] | None = None  # None: [1] for dense models; 1, 2, 4, ... up to 64 dividing the experts for MoE
-    micro_batch_size: list[Count] = [1, 2, 4, 8]
-    virtual_pipeline_stages: list[Count] = [1, 2, 3, 4]
-    schedule: list[Schedule] = ["1f1b"]
-    recompute: list[Recompute] = ["none", "selective", "full"]
-    zero_stage: list[int] = Field(default=[0, 1, 2, 3])
-    sequence_parallel: list[bool] = [False, True]
+    tp: Values[Count] = [1, 2, 4, 8]
+    pp: Values[Count] = [1, 2, 4, 8, 16, 32, 64]
+    cp: Values[Count] = [1]
+    ep: Values[Count] | None = None  # None: [1] for dense models; 1, 2, 4, ... up to 64 dividing the experts for MoE
+    micro_batch_size: Values[Count] = [1, 2, 4, 8]
+    virtual_pipeline_stages: Values[Count] = [1, 2, 3, 4]
+    schedule: Values[Schedule] = ["1f1b"]
+    recompute: Values[Recompute] = ["none", "selective", "full"]
+    zero_stage: Values[ZeroStage] = [0, 1, 2, 3]
+    sequence_parallel: Values[bool] = [False, True]
 
     @property
     def size(self) -> int:

@@ -31,10 +31,17 @@ class PlanStore:
     def __init__(self, folder: str | Path, job: dict, columns: dict[str, str]):
         self.columns = columns  # column -> arrow type name, fixed for every part
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise MeshplanError("--store", str(self.folder), f"a folder meshplan can create or use ({err.strerror})") from None
         manifest = self.folder / "search.json"
         if manifest.is_file():
-            stored = json.loads(manifest.read_text())
+            try:
+                stored = json.loads(manifest.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError):
+                raise MeshplanError("--store", str(manifest), "a search.json written by meshplan search (this one is corrupt)",
+                                    hint="use a new folder") from None
             if stored != job:
                 raise MeshplanError(
                     "--store", str(self.folder),
@@ -42,7 +49,10 @@ class PlanStore:
                     hint="use a new folder, or the same options as the stored search",
                 )
         else:
-            manifest.write_text(json.dumps(job, indent=2, sort_keys=True))
+            try:
+                manifest.write_text(json.dumps(job, indent=2, sort_keys=True))
+            except OSError as err:
+                raise MeshplanError("--store", str(self.folder), f"a writable folder ({err.strerror})") from None
         self._buffer: list[dict] = []
         self._parts = len(list(self.folder.glob(PART_GLOB)))
 
@@ -51,7 +61,11 @@ class PlanStore:
         pa, pq = _pyarrow()
         rows: list[dict] = []
         for part in sorted(self.folder.glob(PART_GLOB)):
-            rows.extend(pq.read_table(part).to_pylist())
+            try:
+                rows.extend(pq.read_table(part).to_pylist())
+            except (OSError, pa.ArrowException) as err:
+                raise MeshplanError("--store", str(part), f"a Parquet part written by meshplan search ({err})",
+                                    hint="delete that part to evaluate its plans again") from None
         return rows
 
     def add(self, row: dict, flush_every: int = 512) -> None:
@@ -66,8 +80,11 @@ class PlanStore:
         path = self.folder / f"plans-{self._parts:05d}.parquet"
         tmp = path.with_suffix(".tmp")
         schema = pa.schema([(name, pa.type_for_alias(kind)) for name, kind in self.columns.items()])
-        pq.write_table(pa.Table.from_pylist(self._buffer, schema=schema), tmp)
-        tmp.rename(path)  # a part is either complete or absent
+        try:
+            pq.write_table(pa.Table.from_pylist(self._buffer, schema=schema), tmp)
+            tmp.rename(path)  # a part is either complete or absent
+        except OSError as err:
+            raise MeshplanError("--store", str(self.folder), f"a writable folder ({err.strerror or err})") from None
         self._parts += 1
         self._buffer = []
 
@@ -79,10 +96,14 @@ def query(folder: str | Path, sql: str) -> tuple[list[str], list[tuple]]:
     except ImportError:
         raise MeshplanError("results", "duckdb", "install the store extra: pip install 'meshplan[store]'") from None
     folder = Path(folder)
-    if not list(folder.glob(PART_GLOB)):
+    parts = sorted(str(p) for p in folder.glob(PART_GLOB)) if folder.is_dir() else []
+    if not parts:
         raise MeshplanError("results", str(folder), "no stored plans here (run meshplan search --store FOLDER first)")
     con = duckdb.connect()
-    con.execute(f"create view plans as select * from read_parquet('{(folder / PART_GLOB).as_posix()}')")
+    try:  # the parts are named as a list, never pasted into SQL
+        con.read_parquet(parts).create_view("plans")
+    except duckdb.Error as err:
+        raise MeshplanError("results", str(folder), f"Parquet parts written by meshplan search ({str(err).splitlines()[0]})") from None
     try:
         cursor = con.execute(sql)
     except duckdb.Error as err:

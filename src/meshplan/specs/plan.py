@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from meshplan.specs.base import Count, Spec
 
@@ -83,3 +83,18 @@ class Task(Spec):
     batch_size: Count = 1
     prompt_len: Count = 2048
     output_len: Count = 256
+
+    @model_validator(mode="after")
+    def _fields_apply(self) -> "Task":
+        """A field that does nothing for this kind of task is an error, not silently ignored."""
+        given = self.model_fields_set
+        serving = {"batch_size", "prompt_len", "output_len"} & given
+        if serving and self.kind != "inference":
+            raise ValueError(f"{sorted(serving)[0]} applies to kind inference only (this task is {self.kind})")
+        if self.frozen_layers and self.kind != "finetune":
+            raise ValueError(f"frozen_layers applies to kind finetune only (this task is {self.kind})")
+        if "freeze_embedding" in given and self.kind != "finetune":
+            raise ValueError(f"freeze_embedding applies to kind finetune only (this task is {self.kind})")
+        if self.train_tokens is not None and self.kind == "inference":
+            raise ValueError("train_tokens applies to training (pretrain or finetune), not inference")
+        return self
