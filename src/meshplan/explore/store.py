@@ -29,6 +29,7 @@ class PlanStore:
     """Rows of one search job in ``folder``."""
 
     def __init__(self, folder: str | Path, job: dict, columns: dict[str, str]):
+        _pyarrow()  # say which extra is missing before creating anything
         self.columns = columns  # column -> arrow type name, fixed for every part
         self.folder = Path(folder)
         try:
