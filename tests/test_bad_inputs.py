@@ -56,3 +56,19 @@ def test_store_paths_and_corrupt_stores(monkeypatch, capsys, tmp_path):
     broken_part.write_bytes(b"junk")
     one_error(*run_cli(monkeypatch, capsys, *SEARCH, "--set", "space.tp=[8]", "--store", str(quoted))[::2], "--store")
     one_error(*run_cli(monkeypatch, capsys, "results", "query", str(quoted), "select 1")[::2], "results")
+
+
+@pytest.mark.parametrize("text", ["a: " + "[" * 100000, "a:\n" + "".join(" " * i + "b:\n" for i in range(1, 300))])
+def test_pathologically_deep_yaml_is_refused_before_parsing(monkeypatch, capsys, tmp_path, text):
+    """libyaml's C parser would crash the process (a segfault, no exception) on the first one."""
+    path = tmp_path / "deep.yaml"
+    path.write_text(text)
+    for args in (("estimate", "--config", str(path)), ("validate", str(path))):
+        one_error(*run_cli(monkeypatch, capsys, *args)[::2], str(path))
+
+
+def test_binary_files_are_one_error_line(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xff\xfe\x00\x01binary")
+    one_error(*run_cli(monkeypatch, capsys, "estimate", "--model", str(path), "--cluster", "dgx-h100")[::2], "path")
+    one_error(*run_cli(monkeypatch, capsys, "validate", str(path))[::2], str(path))

@@ -325,7 +325,8 @@ def validate(
     from meshplan.io.validation_cases import summarize
     from meshplan.io.validation_cases import validate as run
 
-    results = run(file)
+    with _progress("predicting cases") as report:
+        results = run(file, progress=report)
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return

@@ -12,6 +12,33 @@ from meshplan.errors import MeshplanError
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+#: deeper YAML is refused before parsing: libyaml's C parser overflows the stack (a crash, not
+#: an exception) somewhere past tens of thousands of levels, and no run config needs more than a few
+MAX_NESTING = 100
+
+
+def _nesting(text: str) -> int:
+    """The deepest nesting of flow collections ([...], {...}) and of indented blocks, outside
+    quoted strings (an upper bound good enough to refuse pathological input cheaply)."""
+    depth = deepest = 0
+    quote = None
+    for char in text:
+        if quote:
+            if char == quote:
+                quote = None
+        elif char in "'\"":
+            quote = char
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        elif char == "\n":
+            quote = None
+    indents = {len(line) - len(line.lstrip(" -")) for line in text.splitlines() if line.strip()}
+    return max(deepest, len(indents))
+
+
 def load_yaml_or_json(path: str | Path):
     path = Path(path)
     if not path.is_file():
@@ -22,6 +49,8 @@ def load_yaml_or_json(path: str | Path):
         raise MeshplanError(str(path), f"byte {err.start}", "a UTF-8 text file (YAML or JSON)") from None
     except OSError as err:
         raise MeshplanError("file", str(path), f"a readable file ({err.strerror})") from None
+    if path.suffix != ".json" and _nesting(text) > MAX_NESTING:
+        raise MeshplanError(str(path), "nesting", f"YAML nested at most {MAX_NESTING} levels deep")
     try:
         if path.suffix == ".json":
             return json.loads(text)
