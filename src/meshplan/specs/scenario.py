@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from functools import cached_property
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -72,11 +74,13 @@ class Scenario:
         pp = self.plan.pp
         return tuple(sum(self.chunk_layers[r::pp]) for r in range(pp))
 
+    @cached_property
+    def _chunk_starts(self) -> tuple[int, ...]:
+        return (0, *itertools.accumulate(self.chunk_layers))
+
     def rank_layer_ranges(self, rank: int) -> tuple[tuple[int, int], ...]:
         """The [start, end) model-order ranges of decoder layers that pipeline rank ``rank`` holds."""
-        starts = [0]
-        for n in self.chunk_layers:
-            starts.append(starts[-1] + n)
+        starts = self._chunk_starts
         chunks = range(rank, len(self.chunk_layers), self.plan.pp)
         return tuple((starts[c], starts[c + 1]) for c in chunks if starts[c + 1] > starts[c])
 
