@@ -72,3 +72,10 @@ def test_binary_files_are_one_error_line(monkeypatch, capsys, tmp_path):
     path.write_bytes(b"\xff\xfe\x00\x01binary")
     one_error(*run_cli(monkeypatch, capsys, "estimate", "--model", str(path), "--cluster", "dgx-h100")[::2], "path")
     one_error(*run_cli(monkeypatch, capsys, "validate", str(path))[::2], str(path))
+
+
+@pytest.mark.parametrize("assignment", ["task.train_tokens=.inf", "task.train_tokens=.nan", "plan.seq_len=.inf"])
+def test_infinite_numbers_are_refused(monkeypatch, capsys, assignment):
+    code, _, err = run_cli(monkeypatch, capsys, "estimate", *GPT3, "--devices", "64", "--tp", "8", "--pp", "8",
+                           "--global-batch", "64", "--set", assignment)
+    one_error(code, err, assignment.split("=")[0])

@@ -11,9 +11,9 @@ from meshplan.units import parse_quantity
 
 
 class Spec(BaseModel):
-    """A frozen, validated input. Unknown keys are errors (a typo never passes silently)."""
+    """A frozen, validated input. Unknown keys are errors (a typo never passes silently); numbers are finite."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
 
 
 def _quantity(kind: str):
