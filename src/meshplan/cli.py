@@ -85,8 +85,11 @@ def estimate(
     task_flags = {"train_tokens": train_tokens, "kind": task_kind, "frozen_layers": frozen_layers,
                   "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
     task.update({k: v for k, v in task_flags.items() if v is not None})
+    _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices,
+                                 **{f"plan.{field}": flags[flag] for flag, field in _PLAN_FLAGS.items()},
+                                 **{f"task.{field}": value for field, value in task_flags.items()}})
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
-    scenario = api.scenario(model_ref, cluster_ref, plan, devices or cfg.get("devices"), task)
+    scenario = api.scenario(model_ref, cluster_ref, plan, devices if devices is not None else cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
     from meshplan.timeline.dlrm import DLRMEstimate
 
@@ -166,12 +169,15 @@ def search(
         if value is not None:
             plan[field] = value
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
-    num_devices = devices or cfg.get("devices")
+    num_devices = devices if devices is not None else cfg.get("devices")
     if num_devices is None:
         raise MeshplanError("devices", None, "give --devices N or devices: in --config")
     task = _section(cfg, "task")
     task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
     task.update({k: v for k, v in task_flags.items() if v is not None})
+    _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices, "plan.global_batch_size": global_batch,
+                                 "plan.seq_len": seq_len, "plan.precision": precision,
+                                 **{f"task.{field}": value for field, value in task_flags.items()}})
     serving = task.get("kind") == "inference"
     if (serving or _is_dlrm(model_ref)) and (pareto or store):
         raise MeshplanError("--pareto", True, "--pareto and --store are for transformer training searches")
@@ -260,6 +266,25 @@ class _progress:
 
     def __exit__(self, *exc):
         return self._bar.__exit__(*exc)
+
+
+def _flags_agree_with_set(assignments: list[str], flags: dict[str, object]) -> None:
+    """A flag and a ``--set`` of the same key must agree: neither silently wins over the other.
+    (A flag does override the --config file, as --set does.)"""
+    from meshplan.config import apply_override
+
+    given: dict = {}
+    for assignment in assignments:
+        given = apply_override(given, assignment)
+    for path, value in flags.items():
+        node: object = given
+        for key in path.split("."):
+            node = node.get(key, _UNSET) if isinstance(node, dict) else _UNSET
+        if value is not None and node is not _UNSET and node != value:
+            raise MeshplanError(f"--set {path}", node, f"disagrees with the flag given for it ({value!r}); give the value once")
+
+
+_UNSET = object()
 
 
 def _section(cfg: dict, key: str) -> dict:

@@ -80,7 +80,8 @@ def step_estimate(costed: CostedProgram) -> Estimate:
         "cp": m * times.cp_exposed_s,
         "ep": m * times.ep_s,
         "pp": m * times.pp_s,
-        "dp": step_s - pipe_s - costed.optimizer_s + m * z3,
+        # >= 0 exactly (step_s >= pipe_s + optimizer); clamped against float cancellation
+        "dp": max(step_s - pipe_s - costed.optimizer_s, 0.0) + m * z3,
     }
     compute_s = m * (times.compute_forward_s + times.compute_backward_s)
     breakdown = StepBreakdown(
