@@ -227,6 +227,8 @@ def results_query(
 
     columns, rows = query(folder, sql)
     if as_json:
+        # NaN and infinities (from the query's own arithmetic) are null: JSON has no such numbers
+        rows = [[None if isinstance(v, float) and (v != v or abs(v) == float("inf")) else v for v in row] for row in rows]
         typer.echo(json.dumps([dict(zip(columns, row)) for row in rows], indent=2, default=str))
         return
     from rich.table import Table

@@ -67,7 +67,8 @@ def from_validation_error(err: ValidationError, where: str) -> MeshplanError:
     ctx = first.get("ctx") or {}
     inner = ctx.get("error")
     if isinstance(inner, MeshplanError):
-        if not first["loc"] and inner.field:  # raised by a model validator: it names the field
+        if not first["loc"] and inner.field and not inner.field.startswith(where or "\0"):
+            # a model validator naming a field of its spec (``batch_size`` of ``task``)
             path = ".".join(p for p in (where, inner.field) if p)
         return MeshplanError(path, inner.value, inner.valid, hint=inner.hint)
     message = message.removeprefix("Value error, ")
