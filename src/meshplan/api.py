@@ -21,6 +21,7 @@ from meshplan.parallel.hierarchy import plan_for_strategy
 from meshplan.parallel.program import build_program
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
 from meshplan.specs.base import build
+from meshplan.specs.scenario import _device_count as device_count
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.strategy import Strategy
 from meshplan.specs.dlrm_scenario import DLRMScenario, make_dlrm_scenario
@@ -91,6 +92,7 @@ def _transformer_strategy(plan_data: dict, cluster: Cluster, num_devices: int | 
     strategy = build(Strategy, plan_data.pop("strategy"), "strategy")
     if num_devices is None:
         raise MeshplanError("num_devices", None, "give the device count with a strategy")
+    num_devices = device_count(num_devices)
     fields = plan_for_strategy(strategy.of("transformer"), cluster, num_devices)
     for key, value in fields.items():
         if key in plan_data and plan_data[key] != value:

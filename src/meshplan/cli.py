@@ -254,20 +254,24 @@ class _progress:
     def __init__(self, label: str):
         from rich.progress import Progress
 
-        self._bar = Progress(console=_console(stderr=True), transient=True)
+        console = _console(stderr=True)
+        # piped or captured: no bar at all (rich would still leave an empty line on stderr)
+        self._bar = Progress(console=console, transient=True) if console.is_terminal else None
         self._label = label
         self._task = None
 
     def __enter__(self):
-        self._bar.__enter__()
-        self._task = self._bar.add_task(self._label, total=None)
+        if self._bar:
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self._label, total=None)
         return self.update
 
     def update(self, done: int, total: int) -> None:
-        self._bar.update(self._task, completed=done, total=total)
+        if self._bar:
+            self._bar.update(self._task, completed=done, total=total)
 
     def __exit__(self, *exc):
-        return self._bar.__exit__(*exc)
+        return self._bar.__exit__(*exc) if self._bar else None
 
 
 def _flags_agree_with_set(assignments: list[str], flags: dict[str, object]) -> None:
