@@ -265,3 +265,232 @@ def test_json_output_is_not_mixed_with_errors(monkeypatch, capsys):
     assert out == ""
     with pytest.raises(json.JSONDecodeError):
         json.loads(err)
+
+
+# --- issue 7 reproducers: each was a traceback, an internal error or a silent wrong answer -------
+
+LLAMA8 = ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--tp", "8"]
+SEARCH8 = ["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--executor", "serial",
+           "--set", "space.pp=[1]", "--set", "space.micro_batch_size=[1]", "--set", "space.virtual_pipeline_stages=[1]"]
+
+REPRODUCERS = [
+    ("space-empty-list", [*SEARCH8, "--set", "space.tp=[]"], "space.tp", ["[]", "at least 1"]),
+    ("space-zero", [*SEARCH8, "--set", "space.tp=[0]"], "space.tp", ["0"]),
+    ("space-not-a-list", [*SEARCH8, "--set", "space.tp=foo"], "space.tp", ["foo", "list"]),
+    ("space-zero-stage-4", [*SEARCH8, "--set", "space.zero_stage=[4]"], "space.zero_stage", ["4", "3"]),
+    ("search-plan-field-it-searches", [*SEARCH8, "--set", "plan.tp=8"], "plan.tp", ["space.tp"]),
+    ("search-dp-fixed", [*SEARCH8, "--set", "plan.dp=8"], "plan.dp", ["device count"]),
+    ("serving-search-ignored-space", [*SEARCH8, "--task", "inference", "--batch", "8"], "space.micro_batch_size",
+     ["tp, pp"]),
+    ("dlrm-search-space", ["search", "--model", "dlrm-a", "--cluster", "zionex-a100", "--devices", "128",
+                           "--global-batch", "65536", "--set", "space.tp=[1]"], "space.tp", ["DLRM"]),
+    ("estimate-devices-0", [*LLAMA8[:-2], "--devices", "0"], "num_devices", ["0"]),
+    ("estimate-devices-0-strategy", ["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "0",
+                                     "--strategy", "transformer=(tp,ddp)"], "num_devices", ["0"]),
+    ("search-devices-0", [*SEARCH8[:5], "--devices", "0", "--executor", "serial"], "num_devices", ["0"]),
+    ("search-devices-negative", [*SEARCH8[:5], "--devices", "-8"], "num_devices", ["-8"]),
+    ("nan-global-batch", [*LLAMA8, "--set", "plan.global_batch_size=.nan"], "plan.global_batch_size", ["nan"]),
+    ("inf-train-tokens-set", [*LLAMA8, "--set", "task.train_tokens=.inf"], "task.train_tokens", ["inf", "finite"]),
+    ("inf-train-tokens-flag", [*LLAMA8, "--train-tokens", "inf"], "task.train_tokens", ["inf", "finite"]),
+    ("nan-train-tokens-flag", [*LLAMA8, "--train-tokens", "nan"], "task.train_tokens", ["nan"]),
+    ("huge-count", [*LLAMA8, "--set", "plan.global_batch_size=" + "9" * 400], "plan.global_batch_size", ["9007199254740992"]),
+    ("workers-zero", [*SEARCH8, "--executor", "local", "--workers", "0"], "--workers", ["0", "between 1"]),
+    ("workers-negative", [*SEARCH8, "--executor", "local", "--workers", "-1"], "--workers", ["-1"]),
+    ("workers-huge", [*SEARCH8, "--executor", "local", "--workers", "1000000"], "--workers", ["1000000"]),
+    ("workers-with-serial", [*SEARCH8, "--workers", "2"], "--workers", ["--executor local"]),
+    ("executor-unknown", [*SEARCH8, "--executor", "threads"], "--executor", ["threads", "serial"]),
+    ("top-zero", [*SEARCH8, "--top", "0"], "top", ["0", "at least 1"]),
+    ("top-negative", [*SEARCH8, "--top", "-3"], "top", ["-3"]),
+    ("batch-with-training", [*LLAMA8, "--batch", "4"], "task.batch_size", ["4", "inference"]),
+    ("prompt-len-with-training", [*LLAMA8, "--prompt-len", "128"], "task.prompt_len", ["inference"]),
+    ("output-len-with-finetune", [*LLAMA8, "--task", "finetune", "--output-len", "8"], "task.output_len", ["inference"]),
+    ("frozen-layers-without-finetune", [*LLAMA8, "--frozen-layers", "4"], "task.frozen_layers", ["finetune"]),
+    ("train-tokens-with-inference", [*LLAMA8, "--task", "inference", "--train-tokens", "1e9"], "task.train_tokens",
+     ["inference"]),
+    ("dlrm-train-tokens", ["estimate", "--model", "dlrm-a", "--cluster", "zionex-a100", "--devices", "128",
+                           "--global-batch", "65536", "--train-tokens", "1e9"], "task.train_tokens", ["DLRM"]),
+    ("flag-and-set-disagree", [*LLAMA8[:-2], "--tp", "4", "--set", "plan.tp=8"], "--set plan.tp", ["8", "4"]),
+    ("devices-flag-and-set-disagree", [*LLAMA8, "--set", "devices=16"], "--set devices", ["16", "8"]),
+    ("cluster-flag-and-set", [*LLAMA8, "--set", "cluster.levels=[]"], "--set cluster", ["dgx-h100"]),
+    ("strategy-contradicts-tp", [*LLAMA8[:-2], "--strategy", "transformer=(tp,ddp)", "--tp", "4"], "plan.tp",
+     ["4", "tp=8"]),
+    ("trace-interleaved", [*LLAMA8[:-4], "--devices", "16", "--pp", "2", "--vpp", "2", "--global-batch", "16",
+                           "--trace", "/tmp/never-written.json"], "--trace", ["1f1b"]),
+    ("trace-gpipe", [*LLAMA8, "--schedule", "gpipe", "--trace", "/tmp/never-written.json"], "--trace", ["gpipe"]),
+    ("trace-too-many-micro-batches", [*LLAMA8, "--global-batch", "10000000", "--trace", "/tmp/never-written.json"],
+     "--trace", ["10000000"]),
+]
+
+
+@pytest.mark.parametrize(("args", "field", "words"), [c[1:] for c in REPRODUCERS], ids=[c[0] for c in REPRODUCERS])
+def test_issue_7_reproducers(monkeypatch, capsys, args, field, words):
+    line = error_line(monkeypatch, capsys, *args)
+    assert field in line
+    for word in words:
+        assert word in line
+
+
+@pytest.mark.parametrize("content", [bytes(range(256)), b"\x00" * 64, "model: x\n".encode("utf-16")],
+                         ids=["binary", "nul", "utf-16"])
+@pytest.mark.parametrize("use", ["config-yaml", "config-json", "model", "validate"])
+def test_binary_files_name_the_file(monkeypatch, capsys, tmp_path, content, use):
+    path = tmp_path / ("config.json" if use in ("model", "config-json") else "input.yaml")
+    path.write_bytes(content)
+    args = {
+        "config-yaml": ["estimate", "--config", str(path)],
+        "config-json": ["estimate", "--config", str(path)],
+        "model": ["estimate", "--model", str(path), "--cluster", "dgx-h100"],
+        "validate": ["validate", str(path)],
+    }[use]
+    line = error_line(monkeypatch, capsys, *args)
+    assert str(path) in line
+    assert "UTF-8" in line or "malformed" in line or "JSON" in line
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, "{" * 100_000, "a: " + "{b: " * 50_000, '{"a": ' * 50_000,
+                                  "[" * 65 + "]" * 65], ids=["brackets", "braces", "flow-mappings", "json-objects", "65-deep"])
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_deeply_nested_files_are_one_error(monkeypatch, capsys, tmp_path, text, suffix):
+    """libyaml's composer used to crash the interpreter (segfault) at 100k nested '['; json raised RecursionError."""
+    path = tmp_path / f"run{suffix}"
+    path.write_text(text)
+    line = error_line(monkeypatch, capsys, "estimate", "--config", str(path))
+    assert str(path) in line
+    assert "nest" in line or "malformed" in line
+
+
+def test_deeply_nested_set_value(monkeypatch, capsys):
+    line = error_line(monkeypatch, capsys, *LLAMA8, "--set", "plan.tp=" + "[" * 100_000)
+    assert "--set plan.tp" in line
+    assert "nest" in line
+
+
+def test_deeply_nested_hf_config(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("[" * 100_000)
+    line = error_line(monkeypatch, capsys, "estimate", "--model", str(path), "--cluster", "dgx-h100")
+    assert "path" in line and "nest" in line
+
+
+def test_deeply_nested_validation_file(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "cases.yaml"
+    path.write_text("- " * 20_000 + "x\n")
+    line = error_line(monkeypatch, capsys, "validate", str(path))
+    assert str(path) in line
+
+
+def test_error_line_escapes_newlines_in_keys(monkeypatch, capsys, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text('"a\\nb": 1\n')
+    line = error_line(monkeypatch, capsys, "estimate", "--config", str(config))
+    assert "a\\nb" in line
+
+
+# --- stores -------------------------------------------------------------------------------------
+
+STORE_SEARCH = [*SEARCH8, "--set", "space.tp=[2,8]", "--set", "space.recompute=[full]", "--set", "space.zero_stage=[0]",
+                "--set", "space.sequence_parallel=[false]"]
+
+
+def test_store_path_that_is_a_file(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "store"
+    path.write_text("not a folder")
+    line = error_line(monkeypatch, capsys, *STORE_SEARCH, "--store", str(path))
+    assert "--store" in line and str(path) in line
+
+
+def test_store_path_inside_a_file(monkeypatch, capsys, tmp_path):
+    (tmp_path / "file").write_text("x")
+    line = error_line(monkeypatch, capsys, *STORE_SEARCH, "--store", str(tmp_path / "file" / "store"))
+    assert "--store" in line
+
+
+@pytest.mark.parametrize("damage", ["manifest", "part"])
+def test_damaged_store(monkeypatch, capsys, tmp_path, damage):
+    store = tmp_path / "store"
+    code, _, err = run_cli(monkeypatch, capsys, *STORE_SEARCH, "--store", str(store))
+    assert code == 0, err
+    target = store / ("search.json" if damage == "manifest" else "plans-00000.parquet")
+    target.write_bytes(b"\x00garbage\xff")
+    line = error_line(monkeypatch, capsys, *STORE_SEARCH, "--store", str(store))
+    assert "--store" in line and target.name in line
+    if damage == "part":
+        line = error_line(monkeypatch, capsys, "results", "query", str(store), "select count(*) from plans")
+        assert "results" in line
+
+
+@pytest.mark.parametrize("name", ["it's", 'say "hi"', "with space", "a[1]*?", "x'); select 42; --"])
+def test_store_names_are_never_pasted_into_sql(monkeypatch, capsys, tmp_path, name):
+    store = tmp_path / name
+    code, _, err = run_cli(monkeypatch, capsys, *STORE_SEARCH, "--store", str(store))
+    assert code == 0, err
+    code, out, err = run_cli(monkeypatch, capsys, "results", "query", str(store), "select count(*) as n from plans", "--json")
+    assert code == 0, err
+    assert json.loads(out)[0]["n"] > 0
+
+
+def test_results_query_empty_sql(monkeypatch, capsys, tmp_path):
+    store = tmp_path / "store"
+    run_cli(monkeypatch, capsys, *STORE_SEARCH, "--store", str(store))
+    line = error_line(monkeypatch, capsys, "results", "query", str(store), " ")
+    assert "sql" in line
+
+
+def test_results_json_has_no_nan(monkeypatch, capsys, tmp_path):
+    store = tmp_path / "store"
+    run_cli(monkeypatch, capsys, *STORE_SEARCH, "--store", str(store))
+    code, out, _ = run_cli(monkeypatch, capsys, "results", "query", str(store), "select 'nan'::double x, 1/0 y", "--json")
+    assert code == 0
+    assert json.loads(out) == [{"x": None, "y": None}]
+
+
+# --- exit 0 means finite, non-negative numbers --------------------------------------------------
+
+
+def test_huge_batch_has_no_negative_exposed_time(monkeypatch, capsys):
+    """Float cancellation made exposed dp time -0.01 s at 1e15 sequences per step."""
+    code, out, err = run_cli(monkeypatch, capsys, *LLAMA8, "--global-batch", "1000000000000000", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert all(v >= 0 for v in result["breakdown"]["exposed_comm_s"].values())
+
+
+def test_search_json_when_every_plan_fits_is_finite(monkeypatch, capsys):
+    code, out, err = run_cli(monkeypatch, capsys, *SEARCH8, "--set", "space.tp=[8]", "--set", "space.recompute=[full]", "--json")
+    assert code == 0, err
+    assert json.loads(out)["leanest_infeasible_bytes"] is None
+
+
+def test_flag_and_set_that_agree_are_fine(monkeypatch, capsys):
+    code, _, err = run_cli(monkeypatch, capsys, *LLAMA8, "--set", "plan.tp=8", "--set", "devices=8", "--json")
+    assert code == 0, err
+
+
+def test_flag_overrides_the_config_file(monkeypatch, capsys, tmp_path):
+    config = write(tmp_path / "run.yaml", {"model": "llama3-8b", "cluster": "dgx-h100", "devices": 16, "plan": {"tp": 4}})
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", "--config", config, "--devices", "8", "--tp", "8", "--json")
+    assert code == 0, err
+    assert json.loads(out)["num_devices"] == 8
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("field", ["bytes_per_s", "latency_s", "efficiency"])
+def test_non_finite_cluster_numbers(monkeypatch, capsys, tmp_path, value, field):
+    cluster = custom_cluster("300 GB/s")
+    cluster["levels"][0][field] = value
+    config = write(tmp_path / "run.yaml", {"model": "gpt3-175b", "devices": 16, "cluster": cluster, "plan": {"tp": 8}})
+    line = error_line(monkeypatch, capsys, "estimate", "--config", config)
+    assert f"cluster.levels.0.{field}" in line
+
+
+@pytest.mark.parametrize("field", ["hbm_bytes", "tdp_w"])
+def test_non_finite_device_numbers(monkeypatch, capsys, tmp_path, field):
+    from meshplan import catalog
+
+    device = catalog.device("a100-sxm4-80gb").model_dump(mode="json")
+    device[field] = float("inf")
+    cluster = dict(custom_cluster("300 GB/s"), device=device)
+    config = write(tmp_path / "run.yaml", {"model": "gpt3-175b", "devices": 16, "cluster": cluster, "plan": {"tp": 8}})
+    line = error_line(monkeypatch, capsys, "estimate", "--config", config)
+    assert f"cluster.device.{field}" in line
+    assert "inf" in line

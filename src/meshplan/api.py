@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from meshplan import catalog
@@ -10,7 +11,7 @@ from meshplan.errors import MeshplanError
 from meshplan.explore.search import ROW_TYPES, SearchResult
 from meshplan.explore.search import search as run_search
 from meshplan.explore.dlrm_search import search_dlrm
-from meshplan.explore.executors import make_executor
+from meshplan.explore.executors import EXECUTORS, make_executor
 from meshplan.explore.pareto import device_counts, devices_front, memory_front
 from meshplan.explore.serving import search_serving
 from meshplan.explore.space import SearchSpace
@@ -20,6 +21,7 @@ from meshplan.parallel.hierarchy import plan_for_strategy
 from meshplan.parallel.program import build_program
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
 from meshplan.specs.base import build
+from meshplan.specs.scenario import _device_count as device_count
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.strategy import Strategy
 from meshplan.specs.dlrm_scenario import DLRMScenario, make_dlrm_scenario
@@ -35,12 +37,19 @@ def resolve_model(model: str | TransformerModel | DLRMModel | dict) -> Transform
     """A catalog id, a path to a HuggingFace config.json (or its folder), a mapping or a spec.
     A mapping with ``arch: dlrm`` (or a DLRM catalog id) gives a DLRMModel."""
     if isinstance(model, str):
-        if model.endswith(".json") or Path(model).is_dir():
+        if model.endswith(".json") or _is_dir(model):
             return model_from_hf_config(model)
         return catalog.model(model)
     if isinstance(model, DLRMModel) or (isinstance(model, dict) and model.get("arch") == "dlrm"):
         return build(DLRMModel, model, "model")
     return build(TransformerModel, model, "model")
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):  # a name too long for a path, an embedded NUL: not a folder
+        return False
 
 
 def resolve_cluster(cluster: str | Cluster | dict) -> Cluster:
@@ -84,6 +93,7 @@ def _transformer_strategy(plan_data: dict, cluster: Cluster, num_devices: int | 
     strategy = build(Strategy, plan_data.pop("strategy"), "strategy")
     if num_devices is None:
         raise MeshplanError("num_devices", None, "give the device count with a strategy")
+    num_devices = device_count(num_devices)
     fields = plan_for_strategy(strategy.of("transformer"), cluster, num_devices)
     for key, value in fields.items():
         if key in plan_data and plan_data[key] != value:
@@ -121,12 +131,22 @@ def estimate_scenario(s: Scenario | DLRMScenario) -> Estimate | InferenceEstimat
     return step_estimate(cost_program(build_program(s)))
 
 
+#: a trace draws every forward and backward pass; beyond this many it is too big to open
+TRACE_MAX_EVENTS = 100_000
+
+
 def trace(s: Scenario) -> dict:
     """The Chrome/Perfetto trace of one step of ``s`` (open it in ui.perfetto.dev)."""
     if isinstance(s, DLRMScenario):
         return dlrm_chrome_trace(estimate_dlrm(s))
     if s.task.kind == "inference":
         raise MeshplanError("--trace", "inference", "traces are drawn for training steps only so far")
+    if s.plan.virtual_pipeline_stages > 1 or s.plan.schedule != "1f1b":
+        raise MeshplanError("--trace", f"schedule {s.plan.schedule} with {s.plan.virtual_pipeline_stages} virtual stages",
+                            "traces are drawn for the non-interleaved 1f1b schedule only so far")
+    if s.plan.pp * s.num_micro_batches > TRACE_MAX_EVENTS:
+        raise MeshplanError("--trace", f"{s.num_micro_batches} micro-batches on {s.plan.pp} stages",
+                            f"at most {TRACE_MAX_EVENTS} forward passes in a trace (pp x micro-batches)")
     costed = cost_program(build_program(s))
     return chrome_trace(costed, step_estimate(costed))
 
@@ -138,6 +158,7 @@ def search_job(model, cluster, num_devices, plan=None, space=None, task=None, **
     if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
         raise MeshplanError("num_devices", num_devices, "must be a positive integer")
     resolved = resolve_model(model)
+    _check_fixed_fields(plan_data, space, resolved, task)
     if isinstance(resolved, DLRMModel):
         return (resolved, resolve_cluster(cluster), num_devices, plan_data, None, task)
     return (
@@ -148,6 +169,28 @@ def search_job(model, cluster, num_devices, plan=None, space=None, task=None, **
         build(SearchSpace, space or {}, "space"),
         build(Task, task or {}, "task"),
     )
+
+
+def _check_fixed_fields(plan_data: dict, space, resolved, task) -> None:
+    """A search sets some fields itself: fixing them in the plan, or giving space fields this
+    search does not vary, would be silently ignored, so both are errors."""
+    given = space.model_fields_set if isinstance(space, SearchSpace) else set(space) if isinstance(space, dict) else set()
+    kind = task.kind if isinstance(task, Task) else (task or {}).get("kind") if isinstance(task, dict) else None
+    if isinstance(resolved, DLRMModel):
+        searched, varied, who = ("strategy",), (), "a DLRM search (it tries every per-layer-kind strategy)"
+    elif kind == "inference":
+        searched, varied, who = ("tp", "pp", "dp"), ("tp", "pp"), "a serving search"
+    else:
+        searched, varied, who = (*SearchSpace.model_fields, "dp"), None, "a training search"
+    for key in plan_data:
+        if key in searched:
+            instead = ("dp follows from the device count" if key == "dp" else "drop it" if varied == ()
+                       else f"narrow space.{key} instead")
+            raise MeshplanError(f"plan.{key}", plan_data[key], f"{who} sets it; {instead}")
+    for key in sorted(given, key=str):
+        if varied is not None and key not in varied:
+            valid = f"it varies only {', '.join(varied)}" if varied else "it takes no space"
+            raise MeshplanError(f"space.{key}", (space or {}).get(key) if isinstance(space, dict) else getattr(space, key), f"{who} does not read it; {valid}")
 
 
 def pareto(model, cluster, num_devices, plan=None, space=None, task=None, progress=None, **plan_fields) -> dict:
@@ -195,6 +238,7 @@ def search(
     ``executor`` is serial, local (worker processes) or ray; ``store`` is a folder that keeps
     every evaluated plan as Parquet and lets an interrupted search resume.
     """
+    _check_search_options(top, executor, workers)
     job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
     resolved_model, resolved_cluster, _, base, resolved_space, resolved_task = job
     if isinstance(resolved_model, DLRMModel):  # per-layer-kind strategies (MAD Max Sec. 2.2)
@@ -229,6 +273,21 @@ def search(
     if not result.top:
         raise _nothing_fits(result, num_devices, resolved_cluster.device.hbm_bytes)
     return result
+
+
+def _check_search_options(top: object, executor: object, workers: object) -> None:
+    """Checked before any work (a store folder is created only for a search that can run)."""
+    if not isinstance(top, int) or isinstance(top, bool) or top < 1:
+        raise MeshplanError("top", top, "must be at least 1")
+    if executor not in EXECUTORS:
+        raise MeshplanError("--executor", executor, f"one of {', '.join(EXECUTORS)}")
+    if workers is None:
+        return
+    if executor != "local":
+        raise MeshplanError("--workers", workers, "sets the worker processes of --executor local only")
+    most = 4 * (os.cpu_count() or 1)
+    if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= most:
+        raise MeshplanError("--workers", workers, f"between 1 and {most} (4 per core of this machine)")
 
 
 def _nothing_fits(result: SearchResult, num_devices: int, capacity: float) -> MeshplanError:

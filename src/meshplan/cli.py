@@ -100,8 +100,9 @@ def estimate(
     task_flags = {"train_tokens": train_tokens, "kind": task_kind, "frozen_layers": frozen_layers,
                   "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
     task.update({k: v for k, v in task_flags.items() if v is not None})
-    _flags_agree_with_sets(set_, {"plan": plan_flags, "task": task_flags,
-                                  "": {"model": model, "cluster": cluster, "devices": devices}})
+    _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices,
+                                 **{f"plan.{field}": flags[flag] for flag, field in _PLAN_FLAGS.items()},
+                                 **{f"task.{field}": value for field, value in task_flags.items()}})
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
     scenario = api.scenario(model_ref, cluster_ref, plan, devices if devices is not None else cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
@@ -135,26 +136,6 @@ def estimate(
             if isinstance(result, DLRMEstimate) else
             "try a higher --zero stage, --recompute full, more --tp or --pp, or a smaller --micro-batch",
         )
-
-
-def _flags_agree_with_sets(assignments: list[str], flags: dict[str, dict]) -> None:
-    """A flag and a ``--set`` of the same field must agree: neither silently wins.
-
-    ``flags`` maps a config section ("plan", "task", or "" for the top level) to the values its
-    flags gave (None where a flag was not given)."""
-    from meshplan.config import apply_override
-
-    for assignment in assignments:
-        set_cfg = apply_override({}, assignment)
-        for section, given in flags.items():
-            values = set_cfg if not section else set_cfg.get(section)
-            if not isinstance(values, dict):
-                continue
-            for key, value in values.items():
-                flag = given.get(key)
-                if flag is not None and key in given and flag != value and not isinstance(value, dict):
-                    name = f"{section}.{key}" if section else key
-                    raise MeshplanError(f"--set {name}", value, f"disagrees with the flag that gives {flag!r}; give one of them")
 
 
 def _model_and_cluster(cfg: dict, model: str | None, cluster: str | None):
@@ -209,8 +190,9 @@ def search(
     task = _section(cfg, "task")
     task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
     task.update({k: v for k, v in task_flags.items() if v is not None})
-    _flags_agree_with_sets(set_, {"plan": plan_flags, "task": task_flags,
-                                  "": {"model": model, "cluster": cluster, "devices": devices}})
+    _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices, "plan.global_batch_size": global_batch,
+                                 "plan.seq_len": seq_len, "plan.precision": precision,
+                                 **{f"task.{field}": value for field, value in task_flags.items()}})
     serving = task.get("kind") == "inference"
     if (serving or _is_dlrm(model_ref)) and (pareto or store):
         raise MeshplanError("--pareto", True, "--pareto and --store are for transformer training searches")
@@ -263,6 +245,8 @@ def results_query(
 
     columns, rows = query(folder, sql)
     if as_json:
+        # NaN and infinities (from the query's own arithmetic) are null: JSON has no such numbers
+        rows = [[None if isinstance(v, float) and (v != v or abs(v) == float("inf")) else v for v in row] for row in rows]
         typer.echo(json.dumps([dict(zip(columns, row)) for row in rows], indent=2, default=str))
         return
     from rich.table import Table
@@ -289,20 +273,42 @@ class _progress:
         from rich.progress import Progress
 
         console = _console(stderr=True)
-        self._bar = Progress(console=console, transient=True, disable=not console.is_terminal)
+        # piped or captured: no bar at all (rich would still leave an empty line on stderr)
+        self._bar = Progress(console=console, transient=True) if console.is_terminal else None
         self._label = label
         self._task = None
 
     def __enter__(self):
-        self._bar.__enter__()
-        self._task = self._bar.add_task(self._label, total=None)
+        if self._bar:
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self._label, total=None)
         return self.update
 
     def update(self, done: int, total: int) -> None:
-        self._bar.update(self._task, completed=done, total=total)
+        if self._bar:
+            self._bar.update(self._task, completed=done, total=total)
 
     def __exit__(self, *exc):
-        return self._bar.__exit__(*exc)
+        return self._bar.__exit__(*exc) if self._bar else None
+
+
+def _flags_agree_with_set(assignments: list[str], flags: dict[str, object]) -> None:
+    """A flag and a ``--set`` of the same key must agree: neither silently wins over the other.
+    (A flag does override the --config file, as --set does.)"""
+    from meshplan.config import apply_override
+
+    given: dict = {}
+    for assignment in assignments:
+        given = apply_override(given, assignment)
+    for path, value in flags.items():
+        node: object = given
+        for key in path.split("."):
+            node = node.get(key, _UNSET) if isinstance(node, dict) else _UNSET
+        if value is not None and node is not _UNSET and node != value:
+            raise MeshplanError(f"--set {path}", node, f"disagrees with the flag given for it ({value!r}); give the value once")
+
+
+_UNSET = object()
 
 
 def _section(cfg: dict, key: str) -> dict:

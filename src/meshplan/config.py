@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import yaml
-
 from meshplan.errors import MeshplanError
-from meshplan.io.files import load_yaml_or_json
+from meshplan.io.files import MalformedFile, load_yaml_or_json, parse_yaml
 
 #: the top-level keys of a run config
 RUN_KEYS = ("model", "cluster", "devices", "plan", "task", "space")
@@ -19,9 +17,9 @@ def load_config(path: str | None) -> dict:
         return {}
     if not isinstance(data, dict):
         raise MeshplanError(str(path), type(data).__name__, f"a run config is a mapping with keys {', '.join(RUN_KEYS)}")
-    unknown = set(data) - set(RUN_KEYS)
+    unknown = sorted((key for key in data if key not in RUN_KEYS), key=str)
     if unknown:
-        raise MeshplanError(f"{path}: {sorted(unknown)[0]}", data[sorted(unknown)[0]], f"unknown key; valid keys: {', '.join(RUN_KEYS)}")
+        raise MeshplanError(f"{path}: {unknown[0]}", data[unknown[0]], f"unknown key; valid keys: {', '.join(RUN_KEYS)}")
     return data
 
 
@@ -34,8 +32,8 @@ def apply_override(config: dict, assignment: str) -> dict:
     if not path or path[0] not in RUN_KEYS:
         raise MeshplanError("--set", assignment, f"the key must start with one of {', '.join(RUN_KEYS)}")
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
+        value = parse_yaml(raw, f"--set {key.strip()}")
+    except MalformedFile:
         value = raw
     out = dict(config)
     node = out

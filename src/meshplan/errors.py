@@ -14,9 +14,9 @@ class MeshplanError(ValueError):
         self.value = value
         self.valid = valid
         self.hint = hint
-        message = f"{field}: got {value!r}; {valid}"
+        message = f"{one_line(field)}: got {one_line(repr(value), VALUE_CHARS)}; {one_line(valid)}"
         if hint:
-            message += f" ({hint})"
+            message += f" ({one_line(hint)})"
         super().__init__(message)
 
     def __reduce__(self):
@@ -26,6 +26,20 @@ class MeshplanError(ValueError):
 
 def _rebuild(cls, field, value, valid, hint):
     return cls(field, value, valid, hint=hint)
+
+
+#: a value longer than this is cut in the message (a whole file's contents helps nobody)
+VALUE_CHARS = 200
+
+
+def one_line(text: str, limit: int | None = None) -> str:
+    """``text`` as one printable line: control characters escaped, cut at ``limit`` characters."""
+    text = str(text)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text
 
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:

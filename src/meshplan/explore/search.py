@@ -85,7 +85,7 @@ class SearchResult:
     evaluated_rows: list[dict] = field(default_factory=list, repr=False)  # every plan timed exactly
     reference: dict | None = None  # the reference plan's row, if one was given
     reference_rank: int | None = None  # its rank among all plans of the space that fit
-    leanest_infeasible_bytes: float = float("inf")  # least memory per device of a plan that does not fit
+    leanest_infeasible_bytes: float | None = None  # least memory per device of a plan that does not fit (None: all fit)
     reused: int = 0  # rows taken from the store instead of being evaluated again
 
     @property
@@ -120,7 +120,7 @@ def ranked(rows: list[dict], space_size: int, rejected: dict, started: float, to
         rejected=dict(rejected),
         wall_s=time.perf_counter() - started,
         evaluated_rows=feasible,
-        leanest_infeasible_bytes=min((r["memory_bytes"] for r in infeasible), default=float("inf")),
+        leanest_infeasible_bytes=min((r["memory_bytes"] for r in infeasible), default=None),
     )
 
 
@@ -245,7 +245,7 @@ def search(
         evaluated_rows=feasible,
         reference=reference_row,
         reference_rank=reference_rank,
-        leanest_infeasible_bytes=min((r["memory_bytes"] for r in infeasible), default=float("inf")),
+        leanest_infeasible_bytes=min((r["memory_bytes"] for r in infeasible), default=None),
         reused=sum(plan_key(r) in known for r in rows),
     )
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from dataclasses import dataclass
-
 from typing import Annotated, TypeVar
 
 from pydantic import Field
@@ -22,24 +21,23 @@ from meshplan.specs.plan import Recompute, Schedule
 
 
 T = TypeVar("T")
-#: the values to try for one knob: at least one, at most a few hundred
-Values = Annotated[list[T], Field(min_length=1, max_length=256)]
-ZeroStage = Annotated[int, Field(ge=0, le=3)]
+#: a knob's values to try: at least one (an empty list would make the whole space empty)
+NonEmpty = Annotated[list[T], Field(min_length=1)]
 
 
 class SearchSpace(Spec):
     """Values to try per plan knob. ``dp`` is never listed: it follows from the device count."""
 
-    tp: Values[Count] = [1, 2, 4, 8]
-    pp: Values[Count] = [1, 2, 4, 8, 16, 32, 64]
-    cp: Values[Count] = [1]
-    ep: Values[Count] | None = None  # None: [1] for dense models; 1, 2, 4, ... up to 64 dividing the experts for MoE
-    micro_batch_size: Values[Count] = [1, 2, 4, 8]
-    virtual_pipeline_stages: Values[Count] = [1, 2, 3, 4]
-    schedule: Values[Schedule] = ["1f1b"]
-    recompute: Values[Recompute] = ["none", "selective", "full"]
-    zero_stage: Values[ZeroStage] = [0, 1, 2, 3]
-    sequence_parallel: Values[bool] = [False, True]
+    tp: NonEmpty[Count] = [1, 2, 4, 8]
+    pp: NonEmpty[Count] = [1, 2, 4, 8, 16, 32, 64]
+    cp: NonEmpty[Count] = [1]
+    ep: NonEmpty[Count] | None = None  # None: [1] for dense models; 1, 2, 4, ... up to 64 dividing the experts for MoE
+    micro_batch_size: NonEmpty[Count] = [1, 2, 4, 8]
+    virtual_pipeline_stages: NonEmpty[Count] = [1, 2, 3, 4]
+    schedule: NonEmpty[Schedule] = ["1f1b"]
+    recompute: NonEmpty[Recompute] = ["none", "selective", "full"]
+    zero_stage: NonEmpty[Annotated[int, Field(ge=0, le=3)]] = [0, 1, 2, 3]
+    sequence_parallel: NonEmpty[bool] = [False, True]
 
     @property
     def size(self) -> int:

@@ -24,13 +24,13 @@ setting ``"model_type": "llama"`` and passing the dict.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from meshplan.errors import MeshplanError
+from meshplan.io.files import parse_json, read_text
 from meshplan.specs.base import build
 from meshplan.specs.model import TransformerModel
 
@@ -170,24 +170,23 @@ def model_from_hf_config(
 
 
 def _config_path(path: Path) -> Path:
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise MeshplanError("path", str(path.absolute()), "an existing config.json file (or a folder holding one)")
-    return path.resolve()
+    try:
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise MeshplanError("path", str(path.absolute()), "an existing config.json file (or a folder holding one)")
+        return path.resolve()
+    except (OSError, ValueError) as err:  # a name too long, an embedded NUL, a symlink loop
+        raise MeshplanError("path", str(path), f"a path to a config.json ({err})") from None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise MeshplanError("path", str(path), f"a readable UTF-8 file ({err})") from None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise MeshplanError(
-            "path", str(path), f"valid JSON; {err.msg} at line {err.lineno} column {err.colno}"
-        ) from None
+        config = parse_json(read_text(path, "path"), str(path))
+    except MeshplanError as err:  # malformed, too deep or not UTF-8: the field is the path
+        if err.field == "path":
+            raise
+        raise MeshplanError("path", str(path), f"{err.valid} at {err.value}") from None
     if not isinstance(config, dict):
         raise MeshplanError("path", str(path), f"a JSON object at the top level, not {type(config).__name__}")
     return config

@@ -11,7 +11,8 @@ from meshplan.units import parse_quantity
 
 
 class Spec(BaseModel):
-    """A frozen, validated input. Unknown keys are errors (a typo never passes silently); numbers are finite."""
+    """A frozen, validated input. Unknown keys are errors (a typo never passes silently), and so
+    are NaN and infinite numbers (``.nan`` or ``.inf`` in YAML would turn every result into NaN)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, allow_inf_nan=False)
 
@@ -32,7 +33,11 @@ FlopPerS = Annotated[float, _quantity("flop_per_s"), Field(gt=0)]
 Seconds = Annotated[float, _quantity("s"), Field(ge=0)]
 JoulesPerBit = Annotated[float, _quantity("j_per_bit"), Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
-Count = Annotated[int, Field(ge=1)]
+#: counts stop at 2**53, the largest integer a float holds exactly: every count ends up in float
+#: arithmetic, and a larger one is a typo (or a fuzzer), not a cluster
+MAX_COUNT = 2**53
+Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
+Natural = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 
 
 def build(cls: type[Spec], data: object, where: str):
@@ -62,6 +67,9 @@ def from_validation_error(err: ValidationError, where: str) -> MeshplanError:
     ctx = first.get("ctx") or {}
     inner = ctx.get("error")
     if isinstance(inner, MeshplanError):
+        if not first["loc"] and inner.field and not inner.field.startswith(where or "\0"):
+            # a model validator naming a field of its spec (``batch_size`` of ``task``)
+            path = ".".join(p for p in (where, inner.field) if p)
         return MeshplanError(path, inner.value, inner.valid, hint=inner.hint)
     message = message.removeprefix("Value error, ")
     return MeshplanError(path, value, message)

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from meshplan.specs.base import Count, Spec
+from meshplan.specs.base import Count, Natural, Spec
 
 InteractionKind = Literal["dot", "cat", "dcnv2", "transformer"]
 EmbeddingOptimizer = Literal["rowwise_adagrad", "adagrad", "sgd"]
@@ -120,8 +120,8 @@ class DLRMModel(Spec):
     num_tables: Count | None = None
     rows_per_table: Count | None = None
     pooling_factor: float | None = Field(default=None, gt=0)
-    bottom_mlp_layers: int | None = Field(default=None, ge=0)
-    top_mlp_layers: int | None = Field(default=None, ge=1)
+    bottom_mlp_layers: Natural | None = None
+    top_mlp_layers: Count | None = None
     mlp_width: Count | None = None
     # both
     interaction: InteractionKind = "cat"

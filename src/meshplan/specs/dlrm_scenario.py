@@ -56,6 +56,11 @@ def make_dlrm_scenario(model: DLRMModel, cluster: Cluster, plan: dict, num_devic
                 f"DLRM models take plan fields {', '.join(DLRM_PLAN_FIELDS)}; parallelism is a per-layer-kind "
                 "strategy, e.g. strategy='embedding=(mp) dense=(tp,ddp)'",
             )
+    if isinstance(task, dict):
+        for key, value in task.items():
+            if key != "kind":  # batch is plan.global_batch_size; no time-to-train for a DLRM yet
+                raise MeshplanError(f"task.{key}", value, "DLRM models take only task.kind (pretrain or inference); "
+                                    "the batch is plan.global_batch_size")
     kind = task.get("kind", "pretrain") if isinstance(task, dict) else getattr(task, "kind", "pretrain")
     if kind not in ("pretrain", "inference"):
         raise MeshplanError("task.kind", kind, "DLRM models are estimated for pretraining and inference so far")

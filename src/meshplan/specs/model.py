@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from meshplan.specs.base import Count, Spec
+from meshplan.specs.base import Count, Natural, Spec
 
 FfnType = Literal["gelu", "relu", "squared_relu", "swiglu", "geglu"]
 
@@ -27,8 +27,8 @@ class MoE(Spec):
     num_experts: Count
     top_k: Count
     expert_ffn_hidden_size: Count
-    shared_experts: int = Field(default=0, ge=0)
-    first_dense_layers: int = Field(default=0, ge=0)
+    shared_experts: Natural = 0
+    first_dense_layers: Natural = 0
     capacity_factor: float | None = Field(default=None, gt=0)
     load_imbalance: float = Field(default=1.0, ge=1.0)
 
@@ -50,7 +50,7 @@ class MLA(Spec):
     """Multi-head latent attention (DeepSeek-V2, Liu et al. 2024, Sec. 2.1): queries and keys/values
     go through low-rank latents; the KV cache keeps only the kv latent and the decoupled RoPE key."""
 
-    q_lora_rank: int = Field(default=0, ge=0)  # 0: queries projected directly from the hidden state
+    q_lora_rank: Natural = 0  # 0: queries projected directly from the hidden state
     kv_lora_rank: Count
     qk_nope_head_dim: Count
     qk_rope_head_dim: Count

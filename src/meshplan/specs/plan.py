@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from meshplan.specs.base import Count, Spec
+from meshplan.errors import MeshplanError
+from meshplan.specs.base import Count, Natural, Spec
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "gpipe"]
@@ -78,23 +79,31 @@ class Task(Spec):
 
     kind: Literal["pretrain", "finetune", "inference"] = "pretrain"
     train_tokens: float | None = Field(default=None, gt=0)  # for time and GPU-hours to train
-    frozen_layers: int = Field(default=0, ge=0)
+    frozen_layers: Natural = 0
     freeze_embedding: bool = True
     batch_size: Count = 1
     prompt_len: Count = 2048
     output_len: Count = 256
 
     @model_validator(mode="after")
-    def _fields_apply(self) -> "Task":
-        """A field that does nothing for this kind of task is an error, not silently ignored."""
-        given = self.model_fields_set
-        serving = {"batch_size", "prompt_len", "output_len"} & given
-        if serving and self.kind != "inference":
-            raise ValueError(f"{sorted(serving)[0]} applies to kind inference only (this task is {self.kind})")
-        if self.frozen_layers and self.kind != "finetune":
-            raise ValueError(f"frozen_layers applies to kind finetune only (this task is {self.kind})")
-        if "freeze_embedding" in given and self.kind != "finetune":
-            raise ValueError(f"freeze_embedding applies to kind finetune only (this task is {self.kind})")
-        if self.train_tokens is not None and self.kind == "inference":
-            raise ValueError("train_tokens applies to training (pretrain or finetune), not inference")
+    def _fields_fit_the_kind(self) -> "Task":
+        """A field the task kind does not read is an error, never silently ignored."""
+        for field in sorted(self.model_fields_set):
+            kinds = _TASK_FIELD_KINDS.get(field)
+            if kinds and self.kind not in kinds:
+                raise MeshplanError(
+                    field, getattr(self, field),
+                    f"is read only by task kind {' or '.join(kinds)}, not {self.kind} (set task.kind, or drop it)",
+                )
         return self
+
+
+#: task fields that only some kinds read
+_TASK_FIELD_KINDS = {
+    "train_tokens": ("pretrain", "finetune"),
+    "frozen_layers": ("finetune",),
+    "freeze_embedding": ("finetune",),
+    "batch_size": ("inference",),
+    "prompt_len": ("inference",),
+    "output_len": ("inference",),
+}
