@@ -79,3 +79,9 @@ def test_infinite_numbers_are_refused(monkeypatch, capsys, assignment):
     code, _, err = run_cli(monkeypatch, capsys, "estimate", *GPT3, "--devices", "64", "--tp", "8", "--pp", "8",
                            "--global-batch", "64", "--set", assignment)
     one_error(code, err, assignment.split("=")[0])
+
+
+def test_a_missing_file_says_so_once(monkeypatch, capsys, tmp_path):
+    code, _, err = run_cli(monkeypatch, capsys, "validate", str(tmp_path / "nope.yaml"))
+    one_error(code, err, "file")
+    assert err.count("no such file") == 1 and "valid file path" not in err

@@ -28,8 +28,12 @@ def read_text(path: str | Path, what: str = "file") -> str:
     """The text of a UTF-8 file; a missing, unreadable or binary file is a MeshplanError."""
     path = Path(path)
     try:
-        if not path.is_file():
-            raise MeshplanError(what, str(path), "no such file")
+        exists = path.is_file()
+    except (OSError, ValueError) as err:  # e.g. an embedded NUL in the path
+        raise MeshplanError(what, str(path), f"a valid file path ({err})") from None
+    if not exists:
+        raise MeshplanError(what, str(path), "no such file")
+    try:
         data = path.read_bytes()
     except OSError as err:
         raise MeshplanError(what, str(path), f"a readable file ({err.strerror or err})") from None
