@@ -186,7 +186,7 @@ def search(
             model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, task,
             progress=report, executor=executor, workers=workers, store=str(store) if store else None,
         )
-    fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), _section(cfg, "task")) if pareto else None
+    fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), task) if pareto else None
     dlrm = bool(result.top) and "strategy" in result.top[0]
     runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not (serving or dlrm) else None
     summary = (
