@@ -204,7 +204,7 @@ def search(
     fronts = None
     if pareto:
         with _progress("Pareto fronts") as report:
-            fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), _section(cfg, "task"), progress=report)
+            fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), task, progress=report)
     dlrm = bool(result.top) and "strategy" in result.top[0]
     runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not (serving or dlrm) else None
     summary = (
