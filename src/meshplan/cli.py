@@ -433,8 +433,9 @@ def main() -> None:
             sys.exit(130)
         if _is_usage_error(err):
             message = _usage_message(err)
-            if message:  # empty for a bare `meshplan`, whose help is already printed
-                print(f"error: {message}", file=sys.stderr)
+            if not message:  # a bare `meshplan` (or group): its help is printed, which is what was asked
+                sys.exit(0)
+            print(f"error: {message}", file=sys.stderr)
             sys.exit(2)
         if os.environ.get("MESHPLAN_DEBUG"):
             raise
