@@ -21,7 +21,7 @@ from meshplan.parallel.hierarchy import plan_for_strategy
 from meshplan.parallel.program import build_program
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
 from meshplan.specs.base import build
-from meshplan.specs.scenario import _device_count as device_count
+from meshplan.specs.scenario import device_count
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.strategy import Strategy
 from meshplan.specs.dlrm_scenario import DLRMScenario, make_dlrm_scenario

@@ -106,7 +106,7 @@ class Scenario:
 _COUNT = TypeAdapter(Count)
 
 
-def _device_count(value: object) -> int:
+def device_count(value: object) -> int:
     """The device count as a positive int (a whole number given as 1536.0 or "1536" is fine)."""
     if isinstance(value, bool):
         raise MeshplanError("num_devices", value, "must be a positive integer")
@@ -127,7 +127,7 @@ def make_scenario(
     p = plan
     if num_devices is None:
         num_devices = p.model_parallel * (p.dp or 1)
-    num_devices = _device_count(num_devices)
+    num_devices = device_count(num_devices)
     cluster.check_devices(num_devices)
     if num_devices % p.model_parallel:
         raise MeshplanError(
