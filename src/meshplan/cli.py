@@ -381,7 +381,7 @@ def _usage_message(err: Exception) -> str:
 
 
 def _is_usage_error(err: Exception) -> bool:
-    """Click's usage errors, without importing click: typer >= 0.20 raises those of its own
+    """Click's usage errors, without importing click: typer >= 0.26 raises those of its own
     vendored copy, older typer those of click itself."""
     return isinstance(err, typer.TyperException) or any(
         cls.__name__ in ("ClickException", "UsageError") for cls in type(err).__mro__
@@ -403,8 +403,9 @@ def main() -> None:
     """Entry point: bad input is one clear line on stderr and exit code 2, never a traceback;
     an interrupt is "interrupted" and exit code 130."""
     try:
-        # outside standalone mode typer returns the exit code of ctx.exit() (130 for Ctrl-C with
-        # typer >= 0.20); older typer raises Abort instead
+        # outside standalone mode typer returns the exit code of ctx.exit(): 130 for Ctrl-C
+        # (typer >= 0.13 turns KeyboardInterrupt into Exit(130); typer.Abort and typer.Exit are
+        # click's own classes before typer vendored click, and the vendored ones after)
         code = app(standalone_mode=False)
         if code == 130:
             raise KeyboardInterrupt
@@ -422,15 +423,7 @@ def main() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(1)
-    except RecursionError:
-        print("error: input: nested too deeply to read", file=sys.stderr)
-        sys.exit(2)
     except Exception as err:  # click's usage errors and anything unexpected
-        if type(err).__name__ in ("Exit",) and hasattr(err, "exit_code"):  # click.exceptions.Exit under old typer
-            sys.exit(err.exit_code)
-        if type(err).__name__ == "Abort":
-            print("interrupted", file=sys.stderr)
-            sys.exit(130)
         if _is_usage_error(err):
             message = _usage_message(err)
             if not message:  # a bare `meshplan` (or group): its help is printed, which is what was asked

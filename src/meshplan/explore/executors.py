@@ -49,13 +49,8 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-#: the most worker processes a local search starts
-MAX_WORKERS = 256
-
-
 def make_executor(name: str, workers: int | None = None) -> Executor:
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS):
-        raise MeshplanError("--workers", workers, f"a whole number of worker processes from 1 to {MAX_WORKERS}")
+    """``workers`` is checked by the caller (meshplan.api.search checks every search option first)."""
     if name == "serial":
         return SerialExecutor()
     if name == "local":

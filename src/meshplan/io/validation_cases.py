@@ -138,27 +138,25 @@ def run_case(case: dict, index: int) -> CaseResult:
                           error=str(MeshplanError(f"case-{index}", case, "a mapping with id, group, model, ... (SCHEMA.md)")))
     case_id = _label(case.get("id"), f"case-{index}")
     group = _label(case.get("group"), "ungrouped")
-    measured = (case.get("measured") or {}).get("step_time_s") if isinstance(case.get("measured"), dict) else None
+    measured = None  # echoed next to an error only once it is known to be valid
     try:
         measured = _measured(case, case_id)
         result = _predict(case, case_id)
     except MeshplanError as err:
-        return CaseResult(case_id, group, _number_or_none(measured), None, None, error=str(err))
+        return CaseResult(case_id, group, measured, None, None, error=str(err))
     except Exception as err:  # noqa: BLE001 - one broken case must not stop the others
-        return CaseResult(case_id, group, _number_or_none(measured), None, None,
-                          error=f"internal error: {type(err).__name__}: {err}")
+        return CaseResult(case_id, group, measured, None, None, error=f"internal error: {type(err).__name__}: {err}")
     error = (result.step_time_s - measured) / measured
     return CaseResult(case_id, group, measured, result.step_time_s, error, fits=result.fits)
 
 
 def _label(value, default: str) -> str:
-    return value if isinstance(value, str) and value.strip() else str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-
-
-def _number_or_none(value) -> float | None:
-    """A measured time worth echoing next to an error: finite and positive, else None."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    return float(value) if ok else None
+    """A case's id or group as text: a non-blank string, or a number written out; else ``default``."""
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return default
 
 
 def _measured(case: dict, case_id: str) -> float:

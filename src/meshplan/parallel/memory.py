@@ -109,8 +109,9 @@ def stage_memory(
 
     Only trainable parameters have gradients and optimizer states, and only trained layers keep
     activations (nothing runs backward through frozen leading layers). ZeRO shards dense
-    weights over dp (or the hybrid-sharding group) and routed-expert weights over their own data-parallel group (parallel.mesh.expert_mesh). ``layer_activations`` is
-    [(bytes one layer keeps per micro-batch, trained layers of that kind)].
+    weights over dp x cp (or the hybrid-sharding group; parallel.mesh.weight_replicas) and
+    routed-expert weights over their own data-parallel group (parallel.mesh.expert_mesh).
+    ``layer_activations`` is [(bytes one layer keeps per micro-batch, trained layers of that kind)].
     """
     tp, pp, v, zero = plan.tp, plan.pp, plan.virtual_pipeline_stages, plan.zero_stage
     edp = expert_mesh(plan)[2]

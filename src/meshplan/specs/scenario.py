@@ -68,7 +68,7 @@ class Scenario:
             object.__setattr__(self, "chunk_layers", chunks)
             object.__setattr__(self, "pipeline_split", rule)
 
-    @property
+    @cached_property
     def stage_layers(self) -> tuple[int, ...]:
         """Decoder layers on each pipeline rank (all its virtual chunks), first rank first."""
         pp = self.plan.pp
