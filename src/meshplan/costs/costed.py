@@ -21,7 +21,13 @@ ADAM_BYTES_PER_PARAM = 30.0
 @dataclass(frozen=True)
 class OpTimes:
     forward_s: float
-    backward_s: float
+    backward_s: float  # input and weight gradients
+    weight_s: float = 0.0  # of backward_s, the weight gradient (zero-bubble schedules run it apart)
+
+    @property
+    def input_s(self) -> float:
+        """The input-gradient part of the backward."""
+        return self.backward_s - self.weight_s
 
 
 @dataclass(frozen=True)
@@ -57,8 +63,9 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float) -> OpTimes:
     if kind == "matmul":
         fwd = roof.matmul_s(op.m, op.k, op.n, element_bytes)
         # input gradient (m x n)·(n x k) and weight gradient (k x m)·(m x n): COMET Table 1
-        bwd = roof.matmul_s(op.m, op.n, op.k, element_bytes) + roof.matmul_s(op.k, op.m, op.n, element_bytes)
-        return OpTimes(float(fwd), float(bwd))
+        weight = float(roof.matmul_s(op.k, op.m, op.n, element_bytes))
+        bwd = float(roof.matmul_s(op.m, op.n, op.k, element_bytes)) + weight
+        return OpTimes(float(fwd), bwd, weight)
     if kind == "attention":
         fwd = roof.attention_s(op.flop, op.bytes)
         bwd = roof.attention_s(2.0 * op.flop, 2.0 * op.bytes)
