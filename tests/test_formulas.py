@@ -188,16 +188,6 @@ def test_rails_stripe_a_collective_over_several_links():
     assert (one - latency) == pytest.approx(8 * (eight - latency))
 
 
-def test_two_streams_overlap():
-    """The longer stream sets the pace; compute slows while collectives run beside it."""
-    from meshplan.timeline.step import overlap_s
-
-    assert overlap_s(10.0, 4.0, 10**9, 0.0) == pytest.approx(10.0)
-    assert overlap_s(10.0, 4.0, 10**9, 0.5) == pytest.approx(12.0)
-    assert overlap_s(4.0, 10.0, 10**9, 0.5) == pytest.approx(10.0)
-    assert overlap_s(10.0, 4.0, 4, 0.0) == pytest.approx(11.0)  # one piece of comm cannot hide
-
-
 @pytest.mark.parametrize("plan", [
     dict(num_devices=1536, tp=8, pp=16, global_batch_size=1536, recompute="full"),
     dict(num_devices=64, tp=8, pp=8, global_batch_size=64, recompute="selective", sequence_parallel=True, zero_stage=1),

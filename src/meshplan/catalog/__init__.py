@@ -49,6 +49,12 @@ def efficiency(profile: str) -> Efficiency:
     return build(Efficiency, raw[profile], f"efficiency.{profile}")
 
 
+@cache
+def frameworks() -> dict[str, dict]:
+    """Plan defaults per training framework (frameworks.yaml), without their sources."""
+    return {name: {k: v for k, v in entry.items() if k != "source"} for name, entry in _raw("frameworks").items()}
+
+
 def _spec(kind: str, field: str, item_id: str, cls, resolve=None):
     """Build the spec of catalog entry ``item_id`` of ``kind``; unknown ids suggest close ones."""
     raw = _raw(kind)

@@ -8,7 +8,9 @@ stage (L/p for an even pipeline). So
 
     step >= (m + (p - 1)/v) · min_s(L_s) · layer_flop_per_device / (peak · best fraction)
 
-holds for every plan; search evaluates exactly only the plans whose bound can beat the best.
+holds for every plan of the 1F1B and GPipe schedules; for zero-bubble and DualPipe schedules the
+bubble term is dropped (m·min_s(L_s)·...). Search evaluates exactly only the plans whose bound can
+beat the best.
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
             recompute = attention
         else:
             recompute = 0.0
-        rows.append((s.num_micro_batches, p.pp, p.virtual_pipeline_stages, p.micro_batch_size, p.tp * p.cp,
+        # zero-bubble and DualPipe schedules fill the fill-and-drain bubble: no bubble term for them
+        fill = p.pp if p.schedule in ("1f1b", "gpipe") else 1
+        rows.append((s.num_micro_batches, fill, p.virtual_pipeline_stages, p.micro_batch_size, p.tp * p.cp,
                      3.0 * forward + recompute, device.peak(p.precision), min(s.stage_layers)))
     m, pp, v, b, split, flop, peak, fewest = (np.array(col, dtype=float) for col in zip(*rows))
     layer_s = b * flop / split / (peak * best)

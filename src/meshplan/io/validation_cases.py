@@ -88,6 +88,8 @@ def case_inputs(case: dict, where: str) -> dict:
     }
     if par.get("dp") is not None:
         plan["dp"] = par["dp"]
+    if case.get("framework") in catalog.frameworks():  # its overlap defaults (SCHEMA.md); others run on meshplan's
+        plan["framework"] = case["framework"]
     return {
         "model": model_data,
         "cluster": _get(case, "hardware.cluster", where),

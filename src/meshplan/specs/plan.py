@@ -10,7 +10,10 @@ from meshplan.errors import MeshplanError
 from meshplan.specs.base import Count, Natural, Spec
 
 Recompute = Literal["none", "selective", "full"]
-Schedule = Literal["1f1b", "gpipe"]
+Schedule = Literal["1f1b", "gpipe", "zb-h1", "dualpipe"]
+TPOverlap = Literal["none", "bulk", "pipelined"]
+EPOverlap = Literal["none", "paired"]
+Framework = Literal["megatron-lm", "megatron-core", "nemo", "torchtitan", "deepspeed", "llm-foundry"]
 TrainPrecision = Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
 AXES = ("tp", "cp", "dp", "pp")
 
@@ -48,10 +51,29 @@ class Plan(Spec):
     recompute: Recompute = "none"
     precision: TrainPrecision = "bf16"
     flash_attention: bool = True
-    overlap_grad_reduce: bool = True  # DP gradient reduce overlapped with the last backward
-    overlap_param_gather: bool = True  # ZeRO-3/FSDP all-gather prefetched behind compute
+    # what runs beside compute (meshplan.timeline.passes); a ``framework`` sets its defaults
+    framework: Framework | None = None
+    overlap_grad_reduce: bool = True  # gradient buckets reduced during the last micro-batch's backward
+    overlap_param_gather: bool = True  # ZeRO-3/FSDP gathers and the distributed optimizer's all-gather run ahead
+    prefetch_layers: Count = 1  # how many layers ahead those gathers run
+    tp_overlap: TPOverlap = "none"  # tensor-parallel collectives: blocking, bulk (backward), pipelined
+    cp_overlap: bool = True  # ring attention: the next K/V block arrives while this one is computed
+    ep_overlap: EPOverlap = "none"  # expert all-to-all blocking, or beside another micro-batch's compute
+    overlap_p2p: bool = True  # pipeline sends run on their own stream
     grad_reduce_precision: Literal["fp32", "bf16", "fp16"] | None = None  # None: fp32 unless ZeRO-3
     order: str = "tp-cp-dp-pp"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_defaults(cls, data):
+        """A framework fills the overlap options its users get by default; fields given win."""
+        if isinstance(data, dict) and isinstance(data.get("framework"), str):
+            from meshplan import catalog
+
+            preset = catalog.frameworks().get(data["framework"])
+            if preset:
+                data = {**preset, **data}
+        return data
 
     @field_validator("order")
     @classmethod

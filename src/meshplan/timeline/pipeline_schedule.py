@@ -8,6 +8,44 @@ sum_s(c_s) - max_s(c_s); for uniform stages that is (m + p - 1)·c, the familiar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """One pipeline stage's work for one micro-batch (one model chunk of it when interleaved)."""
+
+    forward_s: float
+    backward_s: float  # input gradients (and recompute)
+    weight_s: float = 0.0  # weight gradients; the full backward is backward_s + weight_s
+    first_forward_s: float | None = None
+    last_backward_s: float | None = None  # the last micro-batch's full backward
+    paired_s: float | None = None  # DualPipe F&B
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class PipelineTime:
+    total_s: float
+    bubble_s: tuple[float, ...]
+    finish_s: tuple[float, ...]
+
+
+def pipeline_time(stages: Sequence[StageWork], micro_batches: int, schedule: str = "1f1b", virtual: int = 1,
+                  p2p_s: float = 0.0, overlap_p2p: bool = True) -> PipelineTime:
+    """Interim closed form (replaced by the exact composition)."""
+    cycles = [((s.forward_s + s.backward_s + s.weight_s) * virtual, s.count) for s in stages]
+    total, bubble = pipeline_time_s(cycles, micro_batches, virtual)
+    extra = virtual * max(((s.first_forward_s or s.forward_s) - s.forward_s) + ((s.last_backward_s or (s.backward_s + s.weight_s)) - s.backward_s - s.weight_s) for s in stages)
+    total += extra
+    finish = []
+    offset = 0.0
+    for s in stages:
+        finish.append(total - offset)
+        offset += (s.backward_s + s.weight_s) * virtual * s.count
+    return PipelineTime(total, tuple(bubble for _ in stages), tuple(finish))
+
 
 def pipeline_time_s(stage_times: list[tuple[float, int]], micro_batches: int, virtual: int = 1) -> tuple[float, float]:
     """(total, bubble) seconds for ``stage_times`` = [(c_s, number of stages like it), ...]."""

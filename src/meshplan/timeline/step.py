@@ -1,115 +1,184 @@
-"""From costed work to a step: streams, overlap and the pipeline schedule (MAD Max Sec. 4.3).
+"""From costed work to a step: each role's passes scheduled on streams, then the pipeline.
 
-Each device has a compute stream and communication streams. Tensor- and context-parallel
-collectives block the compute that needs their result, so they sit on the critical path (COMET
-Sec. 3.3.3). Data-parallel gradient reduction runs on its own stream behind the last backward
-pass; ZeRO-3/FSDP weight gathers are prefetched one layer ahead, so per pass the longer of
-compute and communication counts, plus one layer of the shorter one that cannot hide.
+Every device role's forward and backward of one micro-batch is a task graph on a compute
+stream and one stream per network axis (meshplan.timeline.passes, scheduled and composed by
+meshplan.timeline.engine: MAD Max Sec. 4.3 generalized). The first micro-batch's forward (the
+distributed optimizer's parameter all-gather runs ahead of it) and the last one's backward (the
+gradient reduction runs beside it) are scheduled apart. The stages' pass times then go through
+the pipeline schedule (meshplan.timeline.pipeline_schedule); the optimizer step and whatever
+data-parallel communication is not overlapped follow.
 """
 
 from __future__ import annotations
 
-from meshplan.costs.costed import CostedProgram, RoleTimes
+from dataclasses import dataclass
+
+from meshplan.costs.costed import CostedProgram, comm_s
 from meshplan.timeline.breakdown import by_collective, by_op_kind
+from meshplan.timeline.engine import CATEGORIES, Pass, PassTime, schedule_pass
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
-from meshplan.timeline.pipeline_schedule import pipeline_time_s
-from meshplan.units import difference, format_bytes
+from meshplan.timeline.passes import (
+    Layer, Overlap, backward_pass, data_parallel, edge_halves, forward_pass, layer_halves, paired_pass,
+)
+from meshplan.timeline.pipeline_schedule import StageWork, pipeline_time
+from meshplan.units import format_bytes
 from meshplan.workloads.ops import dense_flop
 
-
-def overlap_s(compute: float, comm: float, pieces: int, slowdown: float) -> float:
-    """Two streams over ``pieces`` equal pieces (MAD Max Sec. 4.3): the longer one sets the pace,
-    one piece of the shorter one cannot hide, and compute slows by ``slowdown`` while the
-    collectives run beside it."""
-    shared = min(compute, comm)
-    return max(compute + slowdown * shared, comm) + shared / max(pieces, 1)
+AXES = CATEGORIES[1:]
 
 
-def _micro_batch_s(t: RoleTimes, costed: CostedProgram, layers: int) -> tuple[float, float, float, float]:
-    """(forward, backward, zero3 exposed forward, zero3 exposed backward) for one micro-batch."""
-    plan = costed.program.scenario.plan
-    forward = t.compute_forward_s + t.tp_forward_s + t.ep_s / 2.0
-    backward = t.compute_backward_s + t.tp_backward_s + t.ep_s / 2.0
-    cp_half = t.cp_exposed_s / 2.0
-    forward += cp_half + t.pp_s / 2.0
-    backward += cp_half + t.pp_s / 2.0
-    z3_fwd = z3_bwd = 0.0
-    if costed.zero3_gather_s or costed.zero3_scatter_s:
-        passes = 3.0 if plan.recompute == "full" else 2.0
-        gather_one = costed.zero3_gather_s / passes
-        bwd_comm = costed.zero3_gather_s - gather_one + costed.zero3_scatter_s
-        if plan.overlap_param_gather:
-            fwd_total = overlap_s(forward, gather_one, layers, costed.overlap_slowdown)
-            bwd_total = overlap_s(backward, bwd_comm, layers, costed.overlap_slowdown)
-        else:
-            fwd_total, bwd_total = forward + gather_one, backward + bwd_comm
-        z3_fwd, z3_bwd = fwd_total - forward, bwd_total - backward
-    return forward, backward, z3_fwd, z3_bwd
+@dataclass(frozen=True)
+class RolePasses:
+    """One role's passes for one micro-batch, scheduled (all its chunks together)."""
+
+    forward: PassTime
+    first_forward: PassTime  # the first micro-batch's (parameter all-gather ahead of it)
+    backward: PassTime  # input and weight gradients
+    last_backward: PassTime  # the last micro-batch's (gradient reduction beside it)
+    input_backward: PassTime | None  # zero-bubble schedules: without the weight gradients
+    weight_s: float  # zero-bubble schedules: the weight gradients
+    paired: PassTime | None  # a forward and a backward of two micro-batches together
 
 
-def step_estimate(costed: CostedProgram) -> Estimate:
+def pass_plans(costed: CostedProgram, index: int) -> dict[str, Pass]:
+    """Role ``index``'s passes as task graphs: forward and backward always; first_forward,
+    last_backward, input_backward and paired where the plan makes them differ."""
+    program = costed.program
+    s = program.scenario
+    plan = s.plan
+    role = program.roles[index]
+    overlap = Overlap.of(costed)
+    layers = [
+        Layer(k, layer_halves(costed, k), n, f, program.kinds[k].params + program.kinds[k].expert_params)
+        for k, n, f in role.layer_counts
+    ]
+    head, tail = edge_halves(costed, index)
+    dp = data_parallel(costed, role)
+    full = plan.recompute == "full"
+    trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
+    out = {
+        "forward": forward_pass("f", layers, head, tail, dp, overlap),
+        "backward": backward_pass("b", layers, head, tail, dp, overlap, full, trains),
+    }
+    if plan.zero_stage in (1, 2) and overlap.param_gather and dp.param_share_s > 0:
+        out["first_forward"] = forward_pass("f0", layers, head, tail, dp, overlap, first_micro_batch=True)
+    if overlap.grad_reduce and dp.reduce_share_s > 0:
+        out["last_backward"] = backward_pass("bl", layers, head, tail, dp, overlap, full, trains, last_micro_batch=True)
+    if plan.schedule in ("zb-h1", "dualpipe"):
+        out["input_backward"] = backward_pass("bi", layers, head, tail, dp, overlap, full, trains, weights=False)
+    if plan.schedule == "dualpipe" or plan.ep_overlap == "paired":
+        out["paired"] = paired_pass("fb", layers, head, tail, overlap, full, trains)
+    return out
+
+
+def role_passes(costed: CostedProgram, index: int, compose: bool = True) -> RolePasses:
+    """Schedule role ``index``'s passes; ``compose=False`` unrolls every layer (the reference)."""
+    timed = {name: schedule_pass(p, compose) for name, p in pass_plans(costed, index).items()}
+    input_backward = timed.get("input_backward")
+    weight_s = max(timed["backward"].time_s - input_backward.time_s, 0.0) if input_backward else 0.0
+    return RolePasses(
+        forward=timed["forward"],
+        first_forward=timed.get("first_forward", timed["forward"]),
+        backward=timed["backward"],
+        last_backward=timed.get("last_backward", timed["backward"]),
+        input_backward=input_backward,
+        weight_s=weight_s,
+        paired=timed.get("paired"),
+    )
+
+
+def _stage_work(r: RolePasses, stages: int, schedule: str, virtual: int) -> StageWork:
+    """The pipeline's view of a role, per model chunk. With expert all-to-all paired outside
+    DualPipe (Megatron-Core's combined 1F1B overlap), the steady forward+backward cycle is
+    the paired time: F and B are scaled to it (warm-up forwards are scaled too, a small
+    deliberate approximation)."""
+    f, b = r.forward.time_s, r.backward.time_s
+    scale = 1.0
+    if r.paired is not None and schedule != "dualpipe" and f + b > 0:
+        scale = r.paired.time_s / (f + b)
+    split = r.input_backward is not None and schedule in ("zb-h1", "dualpipe")
+    return StageWork(
+        forward_s=f * scale / virtual,
+        backward_s=(r.input_backward.time_s if split else b * scale) / virtual,
+        weight_s=r.weight_s / virtual if split else 0.0,
+        first_forward_s=(r.first_forward.time_s + (scale - 1.0) * f) / virtual,
+        last_backward_s=(r.last_backward.time_s + (scale - 1.0) * b) / virtual,
+        paired_s=r.paired.time_s / virtual if r.paired is not None and schedule == "dualpipe" else None,
+        count=stages,
+    )
+
+
+def _exposed(r: RolePasses, m: int) -> dict[str, float]:
+    """Exposed seconds per axis over the step's m micro-batches of one device of the role."""
+    out = dict.fromkeys(AXES, 0.0)
+    if r.paired is not None:
+        passes = [(r.paired, m)]
+    else:
+        passes = [(r.forward, m - 1), (r.first_forward, 1), (r.backward, m - 1), (r.last_backward, 1)]
+    for p, times in passes:
+        for axis, seconds in p.exposed_s.items():
+            out[axis] += times * seconds
+    return out
+
+
+def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     program = costed.program
     s = program.scenario
     plan = s.plan
     m = s.num_micro_batches
     v = plan.virtual_pipeline_stages
 
-    per_role = []
-    for role, times in zip(program.roles, costed.roles):
-        f, b, z3f, z3b = _micro_batch_s(times, costed, role.layers)
-        per_role.append((role, times, f + z3f, b + z3b, z3f + z3b))
-    cycles = [(f + b, role.stages) for role, _, f, b, _ in per_role]
-    pipe_s, bubble_s = pipeline_time_s(cycles, m, v)
+    passes = [role_passes(costed, i, compose) for i in range(len(program.roles))]
+    works = [_stage_work(r, role.stages, plan.schedule, v) for r, role in zip(passes, program.roles)]
+    p2p_s = comm_s(program.pp_comm) if program.pp_comm else 0.0
+    pipe = pipeline_time(works, m, plan.schedule, v, p2p_s, plan.overlap_p2p)
 
-    # the first stage finishes its last backward at pipe_s; a later stage finishes earlier by
-    # the backward passes of the stages before it, and has that much slack for its own tail
-    ends = []
-    offset = 0.0
-    for role, times, f, b, _ in per_role:
-        dp_exposed = costed.dp_s
-        if plan.overlap_grad_reduce and costed.dp_s:
-            # behind the last backward pass: what exceeds that pass shows
-            dp_exposed = overlap_s(b, costed.dp_s, role.layers, costed.overlap_slowdown) - b
-        ends.append(pipe_s - offset + dp_exposed + costed.optimizer_s)
-        offset += b * role.stages
-    step_s = max(max(ends), pipe_s + costed.optimizer_s)
+    reduce_s = sum(comm_s(c) for c in program.dp_comms if c.kind != "all_gather")
+    gather_s = sum(comm_s(c) for c in program.dp_comms if c.kind == "all_gather")
+    blocking = 0.0
+    if not plan.overlap_grad_reduce:
+        blocking += reduce_s
+    if not plan.overlap_param_gather:
+        blocking += gather_s
+    finish = max(pipe.finish_s)
+    step_s = finish + blocking + costed.optimizer_s
 
-    critical = max(range(len(per_role)), key=lambda i: per_role[i][2] + per_role[i][3])
-    role, times, f, b, z3 = per_role[critical]
-    exposed = {
-        "tp": m * (times.tp_forward_s + times.tp_backward_s),
-        "cp": m * times.cp_exposed_s,
-        "ep": m * times.ep_s,
-        "pp": m * times.pp_s,
-        "dp": difference(step_s, pipe_s + costed.optimizer_s, floor=0.0) + m * z3,
-    }
-    compute_s = m * (times.compute_forward_s + times.compute_backward_s)
+    # the device that paces the pipeline (the longest forward + backward); its idle time in the
+    # step is its bubble
+    critical = max(range(len(passes)), key=lambda i: passes[i].forward.time_s + passes[i].backward.time_s)
+    r, times = passes[critical], costed.roles[critical]
+    compute_s = m * (r.forward.compute_s + r.backward.compute_s)
+    exposed = _exposed(r, m)
+    exposed["dp"] += blocking
+    if p2p_s and not plan.overlap_p2p:
+        exposed["pp"] += 2.0 * m * program.pp_sends_per_micro_batch * p2p_s
+    busy = compute_s + sum(exposed.values()) - blocking
+    bubble_s = max(finish - busy, 0.0)
+    exposed_comm = {axis: exposed[axis] for axis in ("tp", "cp", "ep", "pp", "dp")}
     breakdown = StepBreakdown(
         compute_s=compute_s,
         recompute_s=m * times.recompute_s,
-        exposed_comm_s=exposed,
+        exposed_comm_s=exposed_comm,
         bubble_s=bubble_s,
         optimizer_s=costed.optimizer_s,
     )
     comm_total = {
-        "tp": exposed["tp"],
+        "tp": m * (times.tp_forward_s + times.tp_backward_s),
         "cp": m * times.cp_total_s,
-        "ep": exposed["ep"],
-        "pp": exposed["pp"],
+        "ep": m * times.ep_s,
+        "pp": m * times.pp_s,
         "dp": costed.dp_s + m * (costed.zero3_gather_s + costed.zero3_scatter_s),
     }
     # the step with nothing overlapped: all the work of the critical device one after another
-    # (compute with recompute, every collective in full, the optimizer) plus the pipeline bubble;
-    # the step time is this minus the communication that overlap hides, plus the slowdown that
-    # overlapping costs the compute beside it (so with one layer per stage it can exceed this)
+    # (compute with recompute, every collective in full, the optimizer) plus the pipeline bubble
     serialized = compute_s + sum(comm_total.values()) + costed.optimizer_s + bubble_s
     op_kinds = by_op_kind(costed, critical, m)
-    collectives = by_collective(costed, critical, m, exposed)
+    collectives = by_collective(costed, critical, m, exposed_comm)
 
     model_flop, hardware_flop = _flop_per_step(program)
     peak = s.cluster.device.peak(plan.precision)
-    worst_memory = min((r.memory for r in program.roles), key=lambda mem: mem.headroom_bytes)
-    fits = all(r.memory.fits for r in program.roles)
+    worst_memory = min((role.memory for role in program.roles), key=lambda mem: mem.headroom_bytes)
+    fits = all(role.memory.fits for role in program.roles)
     warnings = ()
     if not fits:
         warnings = (
@@ -136,7 +205,8 @@ def step_estimate(costed: CostedProgram) -> Estimate:
         serialized_by_op_s=op_kinds,
         collectives=collectives,
         memory=worst_memory,
-        roles=tuple(RoleEstimate(r.name, r.devices, f, b, r.memory) for r, _, f, b, _ in per_role),
+        roles=tuple(RoleEstimate(role.name, role.devices, p.forward.time_s, p.backward.time_s, role.memory)
+                    for role, p in zip(program.roles, passes)),
         fits=fits,
         warnings=warnings,
         train_tokens=s.task.train_tokens,

@@ -1,0 +1,559 @@
+"""A device role's forward and backward passes as task segments, the way frameworks run them.
+
+Each decoder layer is two halves (attention, then FFN). Tensor-parallel collectives sit at the
+halves' edges (Shoeybi et al. 2019, Fig. 4: an all-reduce after each half, and its mirror in
+backward; with sequence parallelism, Korthikanti et al. 2022 Sec. 4.2.2, an all-gather before
+and a reduce-scatter after). Context parallelism exchanges K and V around the attention core;
+expert parallelism dispatches tokens before the experts and combines them after (GShard). What
+overlaps with what is the plan's overlap options (meshplan.catalog frameworks set them):
+
+- ``tp_overlap``: "none" blocks; "bulk" runs each backward half's closing collective beside its
+  weight-gradient GEMMs (Megatron-LM's async tensor-parallel all-reduce, Transformer Engine's
+  bulk userbuffers); "pipelined" splits the collective into tp chunks pipelined with the GEMM
+  next to it in both passes (TE ring-exchange userbuffers, PyTorch async TP).
+- ``cp_overlap``: ring attention sends the next K/V block while the current one is computed.
+- ``ep_overlap``: "paired" runs one micro-batch's all-to-all beside another's compute
+  (DeepSeek-V3 DualPipe Sec. 3.2.1; Megatron-Core's combined 1F1B all-to-all overlap).
+- ZeRO-3/FSDP gathers each layer's weights ``prefetch_layers`` layers ahead and reduce-scatters
+  its gradients after its backward; the gradient reduction of ZeRO 0-2 runs per layer (bucket)
+  during the last micro-batch's backward when ``overlap_grad_reduce``; the distributed
+  optimizer's parameter all-gather runs ahead of the first micro-batch's forward, each layer
+  waiting for its own, when ``overlap_param_gather``.
+
+Compute slows while a collective runs beside it (they share SMs and HBM): a hidden collective
+of c seconds beside w seconds of compute costs ``overlap_slowdown`` x min(c, w) of compute time,
+charged to the collective's axis. This is decided when the segment is built, from the time the
+framework means the collective to hide behind, so segments stay max-plus and compose exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from meshplan.costs.costed import BACKWARD_OF, CostedProgram, OpTimes, comm_s
+from meshplan.parallel.program import Comm, Role, ShardedOp, param_share
+from meshplan.timeline.engine import Pass, Segment, Task, chunked_s, collective, compute
+
+X = "x"  # signal: the activation (or its gradient) the next task of the chain needs
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op on one device for one micro-batch: its times and what it is."""
+
+    name: str
+    kind: str  # matmul, attention, elementwise, lookup
+    expert: bool
+    times: OpTimes
+
+    @property
+    def is_matmul(self) -> bool:
+        return self.kind == "matmul"
+
+
+@dataclass(frozen=True)
+class Half:
+    """One half of a decoder layer (or the head, or the tail)."""
+
+    name: str
+    ops: tuple[Op, ...]
+    open_s: float  # forward collective before the ops (sequence-parallel all-gather)
+    close_s: float  # forward collective after them (reduce-scatter or all-reduce)
+    open_back_s: float  # backward collective at the start of the backward (mirror of close)
+    close_back_s: float  # backward collective at its end (mirror of open)
+    tp_chunks: int  # chunks a pipelined tensor-parallel collective splits into
+    dispatch_s: float = 0.0  # expert all-to-all before the first expert op (and after, combine)
+    cp_s: float = 0.0  # K/V exchange of the attention core, forward
+    cp_back_s: float = 0.0
+    cp_chunks: int = 1
+    recompute: tuple[str, ...] = ()  # ops re-run in backward (selective recompute)
+    params: float = 0.0  # weights on this device (head and tail; layers carry theirs in Layer)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    grad_reduce: bool
+    param_gather: bool
+    prefetch: int
+    tp: str
+    cp: bool
+    ep: str
+    slowdown: float
+
+    @classmethod
+    def of(cls, costed: CostedProgram) -> "Overlap":
+        p = costed.program.scenario.plan
+        return cls(p.overlap_grad_reduce, p.overlap_param_gather, p.prefetch_layers if p.overlap_param_gather else 0,
+                   p.tp_overlap, p.cp_overlap, p.ep_overlap, costed.overlap_slowdown)
+
+
+def _ops(sharded: tuple[ShardedOp, ...], times: dict[str, OpTimes]) -> tuple[Op, ...]:
+    return tuple(Op(s.op.name, s.op.kind, s.op.expert, times[s.op.name]) for s in sharded)
+
+
+def _per(comms: tuple[Comm, ...], kind: str, backward: bool = False) -> float:
+    """Seconds of one collective of ``kind`` among ``comms`` (a Comm carries a count)."""
+    return sum(comm_s(c, backward) / c.count for c in comms if c.kind == kind)
+
+
+def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, Half]:
+    """The attention and FFN halves of one layer of ``kind_name`` on one device."""
+    program = costed.program
+    plan = program.scenario.plan
+    kind, times = program.kinds[kind_name], costed.kinds[kind_name]
+    ops = _ops(kind.ops, times.ops)
+    split = next(i for i, op in enumerate(ops) if op.name == "residual_attn") + 1
+    sp = any(c.kind == "all_gather" for c in kind.tp_comms)
+    if sp:
+        open_s, close_s = _per(kind.tp_comms, "all_gather"), _per(kind.tp_comms, "reduce_scatter")
+        open_back, close_back = _per(kind.tp_comms, "reduce_scatter", True), _per(kind.tp_comms, "all_gather", True)
+    else:
+        open_s = close_back = 0.0
+        close_s = open_back = 0.0
+        ar = _per(kind.tp_comms, "all_reduce")
+        close_s, close_back = ar, _per(kind.tp_comms, "all_reduce", True)
+    tp = plan.tp
+    selective = tuple(n for n in kind.recompute_ops if plan.recompute == "selective")
+    cp_fwd = _per(kind.cp_comms, "all_gather")
+    cp_bwd = _per(kind.cp_comms, "all_gather", True)
+    a2a = _per(kind.ep_comms, "all_to_all")
+    attention = Half("attn", ops[:split], open_s, close_s, open_back, close_back, tp, cp_s=cp_fwd, cp_back_s=cp_bwd,
+                     cp_chunks=plan.cp, recompute=selective)
+    ffn = Half("ffn", ops[split:], open_s, close_s, open_back, close_back, tp, dispatch_s=a2a)
+    return attention, ffn
+
+
+def edge_halves(costed: CostedProgram, role_index: int) -> tuple[Half | None, Half | None]:
+    """The embedding (head) and the final norm, logits and loss (tail) of a role, if it has them."""
+    role, times = costed.program.roles[role_index], costed.roles[role_index]
+    tp = costed.program.scenario.plan.tp
+    head = tail = None
+    if role.head:
+        ops = _ops(role.head, times.edge_ops)
+        close = sum(comm_s(c) for c in role.head_comms)
+        head = Half("embedding", ops, 0.0, close, 0.0, sum(comm_s(c, True) for c in role.head_comms), 1,
+                    params=sum(param_share(s.op, tp) for s in role.head))
+    if role.tail:
+        ops = _ops(role.tail, times.edge_ops)
+        gathers = tuple(c for c in role.tail_comms if c.kind == "all_gather")
+        reduces = tuple(c for c in role.tail_comms if c.kind != "all_gather")
+        tail = Half("head", ops, sum(comm_s(c) for c in gathers), sum(comm_s(c) for c in reduces),
+                    sum(comm_s(c, True) for c in reduces), sum(comm_s(c, True) for c in gathers), 1,
+                    params=sum(param_share(s.op, tp) for s in role.tail))
+    return head, tail
+
+
+class _Builder:
+    """Tasks of one segment, in issue order, with unique names."""
+
+    def __init__(self, prefix: str, overlap: Overlap, chain: str = X):
+        self.prefix, self.overlap, self.chain = prefix, overlap, chain
+        self.tasks: list[Task] = []
+        self.last = chain  # what the next task of the chain waits for
+        self.compute_s = 0.0  # compute so far, for contention
+        self.hidden: dict[str, float] = {}  # collectives issued to hide, per axis
+
+    def _name(self, label: str) -> str:
+        return f"{self.prefix}.{label}.{len(self.tasks)}"
+
+    def work(self, label: str, seconds: float, kind: str = "compute", extra: tuple[tuple[str, float], ...] = ()) -> None:
+        """Compute on the chain (after what came before it)."""
+        if seconds <= 0 and not extra:
+            return
+        previous = self.tasks[-1] if self.tasks else None
+        if not extra and previous is not None and previous.name == self.last and previous.stream == "compute" \
+                and len(previous.parts) == 1 and previous.kind != "join":
+            # consecutive compute on the chain is one task: the schedule is the same, and fewer
+            # tasks keep a pass cheap to schedule
+            merged = Task(previous.name, "compute", (("compute", previous.duration_s + seconds),), previous.deps, previous.kind)
+            self.tasks[-1] = merged
+            self.compute_s += seconds
+            return
+        name = self._name(label)
+        parts = (("compute", seconds), *extra)
+        self.tasks.append(Task(name, "compute", parts, (self.last,), kind))
+        self.last = name
+        self.compute_s += seconds
+
+    def blocking(self, label: str, axis: str, seconds: float, kind: str = "") -> None:
+        """A collective the chain waits for."""
+        if seconds <= 0:
+            return
+        name = self._name(label)
+        self.tasks.append(collective(name, axis, seconds, (self.last,), kind))
+        self.last = name
+
+    def beside(self, label: str, axis: str, seconds: float, deps: tuple[str, ...], kind: str = "") -> str:
+        """A collective that runs beside compute (nothing on the chain waits for it here)."""
+        name = self._name(label)
+        self.tasks.append(collective(name, axis, seconds, deps, kind))
+        self.hidden[axis] = self.hidden.get(axis, 0.0) + seconds
+        return name
+
+    def pipelined(self, label: str, axis: str, comm: float, work: float, chunks: int, kind: str) -> None:
+        """A collective pipelined with ``work`` seconds of compute in ``chunks`` steps: one
+        compute task carrying the exposed part and the contention, and the collective on its
+        stream beside it (for the stream's occupancy and the trace)."""
+        if comm <= 0:
+            self.work(label, work, kind)
+            return
+        total = chunked_s(comm, work, chunks)
+        exposed = max(total - work, 0.0)
+        contention = self.overlap.slowdown * min(comm - exposed, work)
+        start = self.last
+        self.tasks.append(collective(self._name(f"{label}.comm"), axis, comm, (start,), kind="overlapped"))
+        self.work(label, work, kind, ((axis, exposed + contention),))
+
+    def segment(self, name: str, signals: tuple[tuple[str, str], ...] = ()) -> Segment:
+        """Close the segment: contention for what hid beside its compute, and the chain's end."""
+        for axis, seconds in self.hidden.items():
+            cost = self.overlap.slowdown * min(seconds, self.compute_s)
+            if cost > 0:
+                name = self._name(f"contention.{axis}")
+                self.tasks.append(Task(name, "compute", ((axis, cost),), (), "contention"))
+        return Segment(name, tuple(self.tasks), ((self.chain, self.last), *signals))
+
+
+def _matmul_run(ops: tuple[Op, ...], first: bool) -> int:
+    """Index of the first (or last) matmul of ``ops``, or -1."""
+    indices = [i for i, op in enumerate(ops) if op.is_matmul]
+    if not indices:
+        return -1
+    return indices[0] if first else indices[-1]
+
+
+def forward_half(b: _Builder, h: Half) -> None:
+    ops = h.ops
+    first, last = _matmul_run(ops, True), _matmul_run(ops, False)
+    pipelined = b.overlap.tp == "pipelined" and first >= 0
+    close_pipelined = pipelined and last != first  # one GEMM pipelines one collective
+    if not pipelined:
+        b.blocking(f"{h.name}.open", "tp", h.open_s, "all_gather")
+    experts = [i for i, op in enumerate(ops) if op.expert]
+    for i, op in enumerate(ops):
+        if experts and i == experts[0]:
+            b.blocking(f"{h.name}.dispatch", "ep", h.dispatch_s, "all_to_all")
+        if op.kind == "attention" and h.cp_s > 0:
+            if b.overlap.cp:
+                b.pipelined(op.name, "cp", h.cp_s, op.times.forward_s, h.cp_chunks, op.kind)
+            else:
+                b.blocking(f"{op.name}.kv", "cp", h.cp_s, "all_gather")
+                b.work(op.name, op.times.forward_s, op.kind)
+        elif pipelined and i == first:
+            b.pipelined(op.name, "tp", h.open_s, op.times.forward_s, h.tp_chunks, op.kind)
+        elif close_pipelined and i == last:
+            b.pipelined(op.name, "tp", h.close_s, op.times.forward_s, h.tp_chunks, op.kind)
+        else:
+            b.work(op.name, op.times.forward_s, op.kind)
+        if experts and i == experts[-1]:
+            b.blocking(f"{h.name}.combine", "ep", h.dispatch_s, "all_to_all")
+    if not close_pipelined:
+        b.blocking(f"{h.name}.close", "tp", h.close_s, "reduce_scatter")
+
+
+def backward_half(b: _Builder, h: Half, weights: bool = True) -> None:
+    """The backward of ``h`` (ops in reverse). ``weights=False`` leaves out the weight-gradient
+    GEMMs (zero-bubble schedules run them apart)."""
+    ops = h.ops
+    mode = b.overlap.tp
+    first, last = _matmul_run(ops, True), _matmul_run(ops, False)
+    pipelined = mode == "pipelined" and last >= 0  # the opening collective with the last GEMM's gradient
+    close_pipelined = pipelined and first != last
+    if not pipelined:
+        b.blocking(f"{h.name}.open_back", "tp", h.open_back_s, "all_gather")
+    experts = [i for i, op in enumerate(ops) if op.expert]
+    deferred = 0.0  # weight gradients run beside the closing collective (bulk overlap)
+    for i in range(len(ops) - 1, -1, -1):
+        op = ops[i]
+        if experts and i == experts[-1]:
+            b.blocking(f"{h.name}.combine_back", "ep", h.dispatch_s, "all_to_all")
+        if op.name in h.recompute:
+            b.work(f"{op.name}.recompute", op.times.forward_s, op.kind)
+        own_weight = op.times.weight_s if weights else 0.0
+        if mode == "bulk" and h.close_back_s > 0:
+            deferred += own_weight
+            own_weight = 0.0
+        seconds = op.times.input_s + own_weight
+        if op.kind == "attention" and h.cp_back_s > 0:
+            if b.overlap.cp:
+                b.pipelined(f"{op.name}.back", "cp", h.cp_back_s, seconds, h.cp_chunks, op.kind)
+            else:
+                b.work(f"{op.name}.back", seconds, op.kind)
+                b.blocking(f"{op.name}.kv_back", "cp", h.cp_back_s, "reduce_scatter")
+        elif pipelined and i == last:
+            b.pipelined(f"{op.name}.back", "tp", h.open_back_s, seconds, h.tp_chunks, op.kind)
+        elif close_pipelined and i == first:
+            b.pipelined(f"{op.name}.back", "tp", h.close_back_s, seconds, h.tp_chunks, op.kind)
+        else:
+            b.work(f"{op.name}.back", seconds, op.kind)
+        if experts and i == experts[0]:
+            b.blocking(f"{h.name}.dispatch_back", "ep", h.dispatch_s, "all_to_all")
+    if close_pipelined:
+        return
+    if deferred > 0:
+        gradient = b.last
+        closing = b.beside(f"{h.name}.close_back", "tp", h.close_back_s, (gradient,), "reduce_scatter")
+        b.work(f"{h.name}.weight_grads", deferred, "matmul")
+        # the next half needs both the reduced input gradient and a free compute stream
+        b.tasks.append(Task(b._name("join"), "compute", (), (closing,), "join"))
+        b.last = b.tasks[-1].name
+    else:
+        b.blocking(f"{h.name}.close_back", "tp", h.close_back_s, "reduce_scatter")
+
+
+def layer_weight_s(halves: tuple[Half, ...]) -> float:
+    """Weight-gradient seconds of one layer (the W of zero-bubble schedules)."""
+    return sum(op.times.weight_s for h in halves for op in h.ops)
+
+
+def recompute_halves(b: _Builder, halves: tuple[Half, ...]) -> None:
+    """Full recompute: the layer's forward again, collectives included, before its backward."""
+    for h in halves:
+        forward_half(b, h)
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """Per-layer data-parallel work of one role (seconds of one collective each)."""
+
+    gather_s: float  # ZeRO-3: one gather of one layer's weights
+    backward_gathers: int  # ZeRO-3: gathers per layer in backward (2 with full recompute)
+    scatter_s: float  # ZeRO-3: one layer's gradient reduce-scatter
+    reduce_share_s: float  # ZeRO 0-2: the step's gradient reduction per trainable parameter
+    param_share_s: float  # distributed optimizer: the step's parameter all-gather per parameter
+
+
+def data_parallel(costed: CostedProgram, role: Role) -> DataParallel:
+    program = costed.program
+    plan = program.scenario.plan
+    gathers = 3 if plan.recompute == "full" else 2
+    units = float(max(max(program.scenario.stage_layers), 1))
+    reduce_s = sum(comm_s(c) for c in program.dp_comms if c.kind != "all_gather")
+    gather_s = sum(comm_s(c) for c in program.dp_comms if c.kind == "all_gather")
+    trainable = role.trainable_params or 1.0
+    return DataParallel(
+        gather_s=costed.zero3_gather_s / (units * gathers) if costed.zero3_gather_s else 0.0,
+        backward_gathers=gathers - 1,
+        scatter_s=costed.zero3_scatter_s / units if costed.zero3_scatter_s else 0.0,
+        reduce_share_s=reduce_s / trainable,
+        param_share_s=gather_s / trainable,
+    )
+
+
+def _wait_weights(b: _Builder, signal: str) -> None:
+    """The chain waits for ``signal`` (this layer's weights) before computing."""
+    name = b._name("weights")
+    b.tasks.append(Task(name, "compute", (), (b.last, signal), "join"))
+    b.last = name
+
+
+def _prefetched(b: _Builder, gather_s: float, depth: int, ahead: bool) -> tuple[tuple[str, str], ...]:
+    """Weights gathered ``depth`` layers ahead: wait for this layer's (signal w0), issue the
+    gather of the layer ``depth`` ahead (unless ``ahead`` is False: the last layers), shift the
+    queue of signals w0..w{depth-1}."""
+    if depth == 0:
+        b.blocking("gather", "dp", gather_s, "all_gather")
+        return ()
+    issued = b.beside("gather_ahead", "dp", gather_s, (b.last,), "all_gather") if ahead else f"w{depth - 1}"
+    _wait_weights(b, "w0")
+    return tuple((f"w{i}", f"w{i + 1}") for i in range(depth - 1)) + ((f"w{depth - 1}", issued),)
+
+
+def _prologue(name: str, gather_s: float, depth: int, count: int) -> Segment:
+    """The first ``depth`` gathers of a prefetching pass, issued at its start."""
+    tasks = tuple(collective(f"{name}.gather.{i}", "dp", gather_s, (), "all_gather") for i in range(min(depth, count)))
+    return Segment(f"{name}.prologue", tasks, tuple((f"w{i}", t.name) for i, t in enumerate(tasks)))
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer kind on a role: its halves and how many layers (trained, frozen)."""
+
+    name: str
+    halves: tuple[Half, ...]
+    count: int
+    frozen: int
+    params: float  # per layer, for the data-parallel shares
+
+
+def _gathers(layers: list[tuple[Layer, int]], depth: int):
+    """Split ``layers`` (layer, count) so the last ``depth`` of the pass issue no gather ahead."""
+    total = sum(n for _, n in layers)
+    out = []
+    seen = 0
+    for layer, n in layers:
+        ahead = max(0, min(n, total - depth - seen))
+        out += [(layer, ahead, True), (layer, n - ahead, False)]
+        seen += n
+    return [(layer, n, ahead) for layer, n, ahead in out if n > 0]
+
+
+def forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, dp: DataParallel,
+                 overlap: Overlap, first_micro_batch: bool = False) -> Pass:
+    """One micro-batch forward. ``first_micro_batch``: the distributed optimizer's parameter
+    all-gather runs ahead of it, one layer ahead (Megatron-Core dispatches bucket i+1's
+    all-gather from bucket i's forward pre-hook)."""
+    parts: list[tuple[Segment, int]] = []
+    zero3 = dp.gather_s > 0
+    gather = dp.gather_s if zero3 else 0.0
+    depth = overlap.prefetch if zero3 else 0
+    if first_micro_batch and not zero3 and dp.param_share_s > 0:
+        depth = 1
+    counts = [(layer, layer.count) for layer in layers]
+    total = sum(n for _, n in counts)
+    if head:
+        b = _Builder(f"{name}.head", overlap)
+        forward_half(b, head)
+        parts.append((b.segment("head"), 1))
+    if depth and (zero3 or first_micro_batch):
+        size = gather if zero3 else dp.param_share_s * layers[0].params if layers else 0.0
+        parts.append((_prologue(name, size, depth, total), 1))
+    for layer, n, ahead in _gathers(counts, depth):
+        piece = dp.param_share_s * layer.params if first_micro_batch and not zero3 and dp.param_share_s > 0 else 0.0
+        parts.append((_forward_layer(name, layer, overlap, gather if zero3 else piece, depth, ahead), n))
+    if tail:
+        b = _Builder(f"{name}.tail", overlap)
+        forward_half(b, tail)
+        parts.append((b.segment("tail"), 1))
+    return Pass(name, tuple(parts))
+
+
+@lru_cache(maxsize=512)
+def _forward_layer(name: str, layer: Layer, overlap: Overlap, gather_s: float, depth: int, ahead: bool) -> Segment:
+    """One layer's forward; ``gather_s`` > 0: its weights are gathered ``depth`` layers ahead
+    (or in place, depth 0). Cached: roles share their layer kinds."""
+    b = _Builder(f"{name}.{layer.name}", overlap)
+    signals = _prefetched(b, gather_s, depth, ahead) if gather_s > 0 else ()
+    for h in layer.halves:
+        forward_half(b, h)
+    return b.segment(layer.name, signals)
+
+
+@lru_cache(maxsize=512)
+def _backward_layer(name: str, layer: Layer, overlap: Overlap, gather_s: float, depth: int, ahead: bool, scatter_s: float,
+                    reduce_s: float, full_recompute: bool, weights: bool) -> Segment:
+    """One layer's backward: weights gathered ahead (ZeRO-3), the recompute, the halves in
+    reverse, then its gradients reduce-scattered (ZeRO-3) or reduced (``reduce_s``)."""
+    b = _Builder(f"{name}.{layer.name}", overlap)
+    signals = _prefetched(b, gather_s, depth, ahead) if gather_s > 0 else ()
+    if full_recompute:
+        recompute_halves(b, layer.halves)
+    for h in reversed(layer.halves):
+        backward_half(b, h, weights)
+    if scatter_s:
+        b.beside("scatter", "dp", scatter_s, (b.last,), "reduce_scatter")
+    if reduce_s:
+        b.beside("reduce", "dp", reduce_s, (b.last,), "reduce_scatter")
+    return b.segment(layer.name, signals)
+
+
+def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, dp: DataParallel, overlap: Overlap,
+                  full_recompute: bool, embedding_trains: bool, last_micro_batch: bool = False, weights: bool = True) -> Pass:
+    """One micro-batch backward through the trained layers (frozen ones take no backward),
+    last layer first. ``last_micro_batch``: each layer's gradients are reduced beside the
+    backward of the layers before it (bucketed, Megatron-Core and PyTorch DDP; only the last
+    micro-batch of a step under gradient accumulation). ``weights=False``: without the
+    weight-gradient GEMMs (zero-bubble B)."""
+    parts: list[tuple[Segment, int]] = []
+    zero3 = dp.gather_s > 0
+    depth = overlap.prefetch if zero3 else 0
+    reduce = last_micro_batch and overlap.grad_reduce and dp.reduce_share_s > 0
+    trained = [(layer, layer.count - layer.frozen) for layer in reversed(layers) if layer.count > layer.frozen]
+    total = sum(n for _, n in trained)
+    if tail:
+        b = _Builder(f"{name}.tail", overlap)
+        backward_half(b, tail, weights)
+        if reduce:
+            b.beside("reduce", "dp", dp.reduce_share_s * _edge_params(tail), (b.last,), "reduce_scatter")
+        parts.append((b.segment("tail"), 1))
+    gathers = dp.gather_s * dp.backward_gathers
+    if depth and total:
+        parts.append((_prologue(name, gathers, depth, total), 1))
+    for layer, n, ahead in _gathers(trained, depth):
+        piece = dp.reduce_share_s * layer.params if reduce else 0.0
+        segment = _backward_layer(name, layer, overlap, gathers if zero3 else 0.0, depth, ahead, dp.scatter_s if zero3 else 0.0,
+                                  piece, full_recompute, weights)
+        parts.append((segment, n))
+    if head and embedding_trains:
+        b = _Builder(f"{name}.head", overlap)
+        backward_half(b, head, weights)
+        if reduce:
+            b.beside("reduce", "dp", dp.reduce_share_s * _edge_params(head), (b.last,), "reduce_scatter")
+        parts.append((b.segment("head"), 1))
+    return Pass(name, tuple(parts))
+
+
+def _edge_params(h: Half) -> float:
+    return h.params
+
+
+def _groups(tasks: list[Task]) -> list[list[Task]]:
+    """``tasks`` cut after each expert all-to-all."""
+    out: list[list[Task]] = [[]]
+    for t in tasks:
+        out[-1].append(t)
+        if t.stream == "ep":
+            out.append([])
+    return [g for g in out if g]
+
+
+def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bool) -> Segment:
+    """One layer's forward of one micro-batch and its backward of another, interleaved so each
+    all-to-all runs beside the other micro-batch's compute (DeepSeek-V3 Sec. 3.2.1, Fig. 4:
+    attention and MLP of one chunk overlap dispatch and combine of the other)."""
+    f = _Builder(f"{name}.f", overlap, chain="xf")
+    for h in layer.halves:
+        forward_half(f, h)
+    bw = _Builder(f"{name}.b", overlap, chain="xb")
+    if full_recompute:
+        recompute_halves(bw, layer.halves)
+    for h in reversed(layer.halves):
+        backward_half(bw, h)
+    merged: list[Task] = []
+    fg, bg = _groups(f.tasks), _groups(bw.tasks)
+    for i in range(max(len(fg), len(bg))):
+        merged += fg[i] if i < len(fg) else []
+        merged += bg[i] if i < len(bg) else []
+    joint = _Builder(name, overlap)
+    joint.tasks, joint.compute_s = merged, f.compute_s + bw.compute_s
+    joint.hidden = {"ep": sum(t.duration_s for t in merged if t.stream == "ep")}
+    segment = joint.segment(layer.name)
+    return Segment(segment.name, segment.tasks, (("xf", f.last), ("xb", bw.last)))
+
+
+def paired_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, overlap: Overlap,
+                full_recompute: bool, embedding_trains: bool) -> Pass:
+    """A forward and a backward of two micro-batches run together (DualPipe's "F&B"): layers
+    with expert all-to-all are paired; the rest run one chain after the other."""
+    parts: list[tuple[Segment, int]] = []
+
+    def chain(label: str, chain_name: str, build) -> None:
+        b = _Builder(f"{name}.{label}", overlap, chain=chain_name)
+        build(b)
+        parts.append((b.segment(label), 1))
+
+    if head:
+        chain("head_f", "xf", lambda b: forward_half(b, head))
+    if tail:
+        chain("tail_b", "xb", lambda b: backward_half(b, tail))
+    for layer in layers:
+        moe = any(h.dispatch_s > 0 for h in layer.halves)
+        trained = layer.count - layer.frozen
+        pairs = min(layer.count, trained) if moe else 0
+        if pairs:
+            parts.append((paired_segment(f"{name}.{layer.name}", layer, overlap, full_recompute), pairs))
+        for label, chain_name, count, build in (
+            ("f", "xf", layer.count - pairs, lambda b, ly=layer: [forward_half(b, h) for h in ly.halves]),
+            ("b", "xb", trained - pairs, lambda b, ly=layer: ([recompute_halves(b, ly.halves)] if full_recompute else [])
+             + [backward_half(b, h) for h in reversed(ly.halves)]),
+        ):
+            if count > 0:
+                b = _Builder(f"{name}.{layer.name}.{label}", overlap, chain=chain_name)
+                build(b)
+                parts.append((b.segment(layer.name), count))
+    if tail:
+        chain("tail_f", "xf", lambda b: forward_half(b, tail))
+    if head and embedding_trains:
+        chain("head_b", "xb", lambda b: backward_half(b, head))
+    return Pass(name, tuple(parts))
