@@ -41,7 +41,8 @@ _PLAN_FLAGS = {
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "global_batch": "global_batch_size",
     "micro_batch": "micro_batch_size", "seq_len": "seq_len", "vpp": "virtual_pipeline_stages",
     "schedule": "schedule", "zero": "zero_stage", "recompute": "recompute", "precision": "precision",
-    "sequence_parallel": "sequence_parallel", "strategy": "strategy",
+    "sequence_parallel": "sequence_parallel", "strategy": "strategy", "framework": "framework",
+    "tp_overlap": "tp_overlap", "ep_overlap": "ep_overlap",
 }
 
 
@@ -69,6 +70,9 @@ def estimate(
     seq_len: Optional[int] = typer.Option(None, help="Tokens per sequence (default: the model's)."),
     vpp: Optional[int] = typer.Option(None, help="Virtual pipeline stages per device (interleaved 1F1B)."),
     schedule: Optional[str] = typer.Option(None, help="Pipeline schedule: 1f1b or gpipe."),
+    framework: Optional[str] = typer.Option(None, help="Overlap defaults of megatron-lm, megatron-core, nemo, torchtitan, deepspeed or llm-foundry."),
+    tp_overlap: Optional[str] = typer.Option(None, help="Tensor-parallel communication: none, bulk (backward) or pipelined with the GEMMs."),
+    ep_overlap: Optional[str] = typer.Option(None, help="Expert all-to-all: none (blocking) or paired (beside another micro-batch's compute)."),
     zero: Optional[int] = typer.Option(None, help="ZeRO stage 0-3 (3 = FSDP full shard)."),
     recompute: Optional[str] = typer.Option(None, help="Activation recompute: none, selective or full."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),

@@ -98,9 +98,6 @@ class State:
         last = max(self.times, key=self.times.__getitem__)
         return dict(zip(CATEGORIES, self.paths[last]))
 
-    def at(self, slot: str) -> float:
-        return self.times.get(slot, 0.0)
-
 
 @dataclass(frozen=True)
 class Placed:

@@ -31,9 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from meshplan.costs.costed import BACKWARD_OF, CostedProgram, OpTimes, comm_s
+from meshplan.costs.costed import CostedProgram, OpTimes, comm_s
 from meshplan.parallel.program import Comm, Role, ShardedOp, param_share
-from meshplan.timeline.engine import Pass, Segment, Task, chunked_s, collective, compute
+from meshplan.timeline.engine import Pass, Segment, Task, chunked_s, collective
 
 X = "x"  # signal: the activation (or its gradient) the next task of the chain needs
 
@@ -108,11 +108,9 @@ def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, Half]:
     if sp:
         open_s, close_s = _per(kind.tp_comms, "all_gather"), _per(kind.tp_comms, "reduce_scatter")
         open_back, close_back = _per(kind.tp_comms, "reduce_scatter", True), _per(kind.tp_comms, "all_gather", True)
-    else:
-        open_s = close_back = 0.0
-        close_s = open_back = 0.0
-        ar = _per(kind.tp_comms, "all_reduce")
-        close_s, close_back = ar, _per(kind.tp_comms, "all_reduce", True)
+    else:  # all-reduce after each half, and its mirror at the end of the half's backward
+        open_s = open_back = 0.0
+        close_s, close_back = _per(kind.tp_comms, "all_reduce"), _per(kind.tp_comms, "all_reduce", True)
     tp = plan.tp
     selective = tuple(n for n in kind.recompute_ops if plan.recompute == "selective")
     cp_fwd = _per(kind.cp_comms, "all_gather")
@@ -300,11 +298,6 @@ def backward_half(b: _Builder, h: Half, weights: bool = True) -> None:
         b.last = b.tasks[-1].name
     else:
         b.blocking(f"{h.name}.close_back", "tp", h.close_back_s, "reduce_scatter")
-
-
-def layer_weight_s(halves: tuple[Half, ...]) -> float:
-    """Weight-gradient seconds of one layer (the W of zero-bubble schedules)."""
-    return sum(op.times.weight_s for h in halves for op in h.ops)
 
 
 def recompute_halves(b: _Builder, halves: tuple[Half, ...]) -> None:

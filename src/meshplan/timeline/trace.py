@@ -21,7 +21,7 @@ STREAMS = CATEGORIES  # compute, tp, cp, ep, dp, pp
 def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
     program = costed.program
     s = program.scenario
-    pp, m = s.plan.pp, s.num_micro_batches
+    m = s.num_micro_batches
     role_of_stage = []
     for index, role in enumerate(program.roles):
         role_of_stage += [index] * role.stages
