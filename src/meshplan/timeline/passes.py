@@ -33,7 +33,7 @@ from functools import lru_cache
 
 from meshplan.costs.costed import CostedProgram, OpTimes, comm_s
 from meshplan.parallel.program import Comm, Role, ShardedOp, param_share
-from meshplan.timeline.engine import Pass, Segment, Task, chunked_s, collective
+from meshplan.timeline.engine import Pass, Placed, Segment, State, Task, chunked_s, collective, run
 
 X = "x"  # signal: the activation (or its gradient) the next task of the chain needs
 
@@ -150,7 +150,7 @@ class _Builder:
         self.tasks: list[Task] = []
         self.last = chain  # what the next task of the chain waits for
         self.compute_s = 0.0  # compute so far, for contention
-        self.hidden: dict[str, float] = {}  # collectives issued to hide, per axis
+        self.hidden: set[str] = set()  # names of the collectives issued to run beside compute
 
     def _name(self, label: str) -> str:
         return f"{self.prefix}.{label}.{len(self.tasks)}"
@@ -186,7 +186,7 @@ class _Builder:
         """A collective that runs beside compute (nothing on the chain waits for it here)."""
         name = self._name(label)
         self.tasks.append(collective(name, axis, seconds, deps, kind))
-        self.hidden[axis] = self.hidden.get(axis, 0.0) + seconds
+        self.hidden.add(name)
         return name
 
     def pipelined(self, label: str, axis: str, comm: float, work: float, chunks: int, kind: str) -> None:
@@ -204,13 +204,28 @@ class _Builder:
         self.work(label, work, kind, ((axis, exposed + contention),))
 
     def segment(self, name: str, signals: tuple[tuple[str, str], ...] = ()) -> Segment:
-        """Close the segment: contention for what hid beside its compute, and the chain's end."""
-        for axis, seconds in self.hidden.items():
-            cost = self.overlap.slowdown * min(seconds, self.compute_s)
-            if cost > 0:
-                name = self._name(f"contention.{axis}")
-                self.tasks.append(Task(name, "compute", ((axis, cost),), (), "contention"))
-        return Segment(name, tuple(self.tasks), ((self.chain, self.last), *signals))
+        """Close the segment: contention for what ran beside its compute, and the chain's end.
+
+        How long each hidden collective overlaps compute is measured on the segment run twice
+        from idle streams (a collective fired at the end of one layer runs beside the next
+        layer's compute): the first run's collectives against both runs' compute. The compute
+        stream then pays ``slowdown`` x that overlap: a static charge, so the segment stays
+        max-plus and composes exactly."""
+        signals = ((self.chain, self.last), *signals)
+        if self.hidden and self.overlap.slowdown > 0:
+            placed: list[Placed] = []
+            draft = Segment(name, tuple(self.tasks), signals)
+            run(run(State(), draft, placed), draft, placed)
+            busy = [(p.start_s, p.end_s) for p in placed if p.task.stream == "compute"]
+            beside: dict[str, float] = {}
+            for p in placed[:len(self.tasks)]:
+                if p.task.name in self.hidden:
+                    shared = sum(max(0.0, min(p.end_s, e) - max(p.start_s, b)) for b, e in busy)
+                    beside[p.task.stream] = beside.get(p.task.stream, 0.0) + shared
+            for axis, seconds in beside.items():
+                if seconds > 0:
+                    self.tasks.append(Task(self._name(f"contention.{axis}"), "compute", ((axis, self.overlap.slowdown * seconds),), (), "contention"))
+        return Segment(name, tuple(self.tasks), signals)
 
 
 def _matmul_run(ops: tuple[Op, ...], first: bool) -> int:
@@ -510,9 +525,9 @@ def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bo
         merged += bg[i] if i < len(bg) else []
     joint = _Builder(name, overlap)
     joint.tasks, joint.compute_s = merged, f.compute_s + bw.compute_s
-    joint.hidden = {"ep": sum(t.duration_s for t in merged if t.stream == "ep")}
-    segment = joint.segment(layer.name)
-    return Segment(segment.name, segment.tasks, (("xf", f.last), ("xb", bw.last)))
+    joint.hidden = {t.name for t in merged if t.stream == "ep"}
+    joint.chain, joint.last = "xf", f.last
+    return joint.segment(layer.name, (("xb", bw.last),))
 
 
 def paired_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, overlap: Overlap,
