@@ -149,7 +149,6 @@ class _Builder:
         self.prefix, self.overlap, self.chain = prefix, overlap, chain
         self.tasks: list[Task] = []
         self.last = chain  # what the next task of the chain waits for
-        self.compute_s = 0.0  # compute so far, for contention
         self.hidden: set[str] = set()  # names of the collectives issued to run beside compute
 
     def _name(self, label: str) -> str:
@@ -161,18 +160,16 @@ class _Builder:
             return
         previous = self.tasks[-1] if self.tasks else None
         if not extra and previous is not None and previous.name == self.last and previous.stream == "compute" \
-                and len(previous.parts) == 1 and previous.kind != "join":
+                and len(previous.parts) == 1 and previous.parts[0][0] == "compute":
             # consecutive compute on the chain is one task: the schedule is the same, and fewer
             # tasks keep a pass cheap to schedule
             merged = Task(previous.name, "compute", (("compute", previous.duration_s + seconds),), previous.deps, previous.kind)
             self.tasks[-1] = merged
-            self.compute_s += seconds
             return
         name = self._name(label)
         parts = (("compute", seconds), *extra)
         self.tasks.append(Task(name, "compute", parts, (self.last,), kind))
         self.last = name
-        self.compute_s += seconds
 
     def blocking(self, label: str, axis: str, seconds: float, kind: str = "") -> None:
         """A collective the chain waits for."""
@@ -524,7 +521,7 @@ def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bo
         merged += fg[i] if i < len(fg) else []
         merged += bg[i] if i < len(bg) else []
     joint = _Builder(name, overlap)
-    joint.tasks, joint.compute_s = merged, f.compute_s + bw.compute_s
+    joint.tasks = merged
     joint.hidden = {t.name for t in merged if t.stream == "ep"}
     joint.chain, joint.last = "xf", f.last
     return joint.segment(layer.name, (("xb", bw.last),))
