@@ -34,9 +34,13 @@ class PipelineTime:
 
 def pipeline_time(stages: Sequence[StageWork], micro_batches: int, schedule: str = "1f1b", virtual: int = 1,
                   p2p_s: float = 0.0, overlap_p2p: bool = True) -> PipelineTime:
-    """Interim closed form (replaced by the exact composition)."""
-    cycles = [((s.forward_s + s.backward_s + s.weight_s) * virtual, s.count) for s in stages]
+    """Interim closed form (replaced by the exact composition). A blocking send holds its stage
+    after every op; an overlapped one delays only the next stage (fill and drain)."""
+    blocking = 0.0 if overlap_p2p else 2.0 * p2p_s
+    cycles = [((s.forward_s + s.backward_s + s.weight_s + blocking) * virtual, s.count) for s in stages]
     total, bubble = pipeline_time_s(cycles, micro_batches, virtual)
+    if overlap_p2p:
+        total += 2.0 * p2p_s * (sum(s.count for s in stages) - 1)
     extra = virtual * max(((s.first_forward_s or s.forward_s) - s.forward_s) + ((s.last_backward_s or (s.backward_s + s.weight_s)) - s.backward_s - s.weight_s) for s in stages)
     total += extra
     finish = []
