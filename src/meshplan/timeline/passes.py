@@ -20,10 +20,11 @@ overlaps with what is the plan's overlap options (meshplan.catalog frameworks se
   optimizer's parameter all-gather runs ahead of the first micro-batch's forward, each layer
   waiting for its own, when ``overlap_param_gather``.
 
-Compute slows while a collective runs beside it (they share SMs and HBM): a hidden collective
-of c seconds beside w seconds of compute costs ``overlap_slowdown`` x min(c, w) of compute time,
-charged to the collective's axis. This is decided when the segment is built, from the time the
-framework means the collective to hide behind, so segments stay max-plus and compose exactly.
+Compute slows while a collective runs beside it (they share SMs and HBM): each second a hidden
+collective overlaps compute costs ``overlap_slowdown`` seconds of compute, charged to the
+collective's axis. The overlap is measured when the segment is built (``_Builder.segment``), so
+segments stay max-plus and compose exactly; a pipelined collective's is in closed form
+(``engine.chunked_s``).
 """
 
 from __future__ import annotations
