@@ -173,3 +173,9 @@ def test_memory_is_the_fullest_pipeline_role():
     model = catalog.model("llama3-8b")
     kv = 64 * (2048 + 512) * 16 * 2 * (model.kv_heads / 2) * model.dim_per_head * 2
     assert e.memory.kv_cache_bytes == pytest.approx(kv)
+
+
+def test_pareto_fronts_are_for_training_only():
+    with pytest.raises(MeshplanError) as err:
+        api.pareto("llama3-8b", "dgx-h100", 8, task=TASK)
+    assert err.value.field == "--pareto"

@@ -203,6 +203,8 @@ def pareto(model, cluster, num_devices, plan=None, space=None, task=None, progre
     vs devices used (num_devices, num_devices/2, ...). ``progress(done, total)`` counts the plans
     the memory front considers, then one more for each device count's search."""
     job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
+    if isinstance(job[0], DLRMModel) or job[5].kind == "inference":
+        raise MeshplanError("--pareto", True, "Pareto fronts are drawn for transformer training searches")
     counts = len(device_counts(num_devices))
     plans = 0
 
