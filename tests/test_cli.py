@@ -116,6 +116,35 @@ def test_trace_events_end_at_the_step_time(monkeypatch, capsys, tmp_path):
     assert math.isclose(end_s, result["step_time_s"], rel_tol=0.01)
 
 
+def test_serving_trace_ends_after_the_decode_steps_it_draws(monkeypatch, capsys, tmp_path):
+    """The prefill and the first decode steps, drawn from the scheduled tasks: the last event
+    ends at ttft + k x tpot; a marker stands for the other decode steps."""
+    out = tmp_path / "serve.json"
+    result = run_json(monkeypatch, capsys, "estimate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "16",
+                      "--tp", "8", "--pp", "2", "--task", "inference", "--batch", "8", "--prompt-len", "512",
+                      "--output-len", "64", "--trace", str(out))
+    trace = json.loads(out.read_text())
+    events = trace["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in spans)
+    processes = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert len(processes) == 2  # first and last stage
+    threads = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"compute", "tp", "pp"} <= threads
+    streams = {(e["pid"], e["tid"]) for e in spans}
+    assert (1, 5) in streams and (2, 1) in streams  # the first stage's sends, the last stage's tp collectives
+    phases = [e["args"]["phase"] for e in spans]
+    assert phases[0] == "prefill" and {f"decode step {k}" for k in range(1, 5)} <= set(phases)
+    steps = trace["metadata"]["decode_steps_drawn"]
+    assert steps == 4
+    end_s = max(e["ts"] + e["dur"] for e in spans) / 1e6
+    assert math.isclose(end_s, result["ttft_s"] + steps * result["tpot_s"], rel_tol=1e-9)
+    prefill_end_s = max(e["ts"] + e["dur"] for e in spans if e["args"]["phase"] == "prefill") / 1e6
+    assert math.isclose(prefill_end_s, result["ttft_s"], rel_tol=1e-9)
+    (marker,) = [e for e in events if e["ph"] == "i"]
+    assert marker["name"].startswith("60 more decode steps")
+
+
 def test_hf_config_path_as_model(monkeypatch, capsys):
     result = run_json(
         monkeypatch, capsys, "estimate", "--model", str(LLAMA3_8B_HF), "--cluster", "dgx-h100", "--tp", "8"

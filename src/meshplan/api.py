@@ -27,9 +27,9 @@ from meshplan.specs.strategy import Strategy
 from meshplan.specs.dlrm_scenario import DLRMScenario, make_dlrm_scenario
 from meshplan.timeline.dlrm import DLRMEstimate, dlrm_chrome_trace, estimate_dlrm
 from meshplan.timeline.estimate import Estimate
-from meshplan.timeline.inference import InferenceEstimate, inference_estimate
+from meshplan.timeline.inference import InferenceEstimate, inference_estimate, serving_plans
 from meshplan.timeline.step import step_estimate
-from meshplan.timeline.trace import chrome_trace
+from meshplan.timeline.trace import chrome_trace, serving_trace
 from meshplan.units import format_bytes
 
 
@@ -136,11 +136,16 @@ TRACE_MAX_EVENTS = 100_000
 
 
 def trace(s: Scenario) -> dict:
-    """The Chrome/Perfetto trace of one step of ``s`` (open it in ui.perfetto.dev)."""
+    """The Chrome/Perfetto trace of one step of ``s``, or of a serving request's prefill and first
+    decode steps (open it in ui.perfetto.dev)."""
     if isinstance(s, DLRMScenario):
         return dlrm_chrome_trace(estimate_dlrm(s))
     if s.task.kind == "inference":
-        raise MeshplanError("--trace", "inference", "traces are drawn for training steps only so far")
+        if s.plan.virtual_pipeline_stages > 1:
+            raise MeshplanError("--trace", f"{s.plan.virtual_pipeline_stages} virtual stages",
+                                "serving traces are drawn without virtual pipeline stages only so far")
+        plans = serving_plans(s)
+        return serving_trace(*plans, inference_estimate(s, plans=plans))
     if s.plan.virtual_pipeline_stages > 1 or s.plan.schedule != "1f1b":
         raise MeshplanError("--trace", f"schedule {s.plan.schedule} with {s.plan.virtual_pipeline_stages} virtual stages",
                             "traces are drawn for the non-interleaved 1f1b schedule only so far")
@@ -198,6 +203,8 @@ def pareto(model, cluster, num_devices, plan=None, space=None, task=None, progre
     vs devices used (num_devices, num_devices/2, ...). ``progress(done, total)`` counts the plans
     the memory front considers, then one more for each device count's search."""
     job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
+    if isinstance(job[0], DLRMModel) or job[5].kind == "inference":
+        raise MeshplanError("--pareto", True, "Pareto fronts are drawn for transformer training searches")
     counts = len(device_counts(num_devices))
     plans = 0
 

@@ -174,3 +174,45 @@ def cost_program(program: Program) -> CostedProgram:
         optimizer_s=optimizer_s,
         overlap_slowdown=efficiency.overlap_slowdown,
     )
+
+
+def experts_touched(num_experts: int, top_k: int, tokens: float) -> float:
+    """Fraction of the routed experts some of ``tokens`` tokens picks, in expectation under
+    uniform routing: each token misses a given expert with probability 1 - k/E, so
+    E·(1 - (1 - k/E)^tokens) experts are read (all of them in a prefill, few in a small decode)."""
+    return 1.0 - (1.0 - top_k / num_experts) ** tokens
+
+
+@dataclass(frozen=True)
+class ForwardBound:
+    """The decoder layers of one forward pass through every pipeline stage, on one device of
+    each stage: their flop, the bytes they must move through HBM at least (weights read once,
+    the KV cache) and the roofline time max(flop / peak, bytes / peak bandwidth) summed over
+    the layers, a lower bound on the pass (Williams et al. 2009, "Roofline")."""
+
+    flop: float
+    hbm_bytes: float
+    roofline_s: float
+    ridge: float  # the device's flop per byte at which compute and bandwidth balance
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        return self.flop / self.hbm_bytes if self.hbm_bytes > 0 else 0.0
+
+
+def forward_bound(program: Program) -> ForwardBound:
+    s = program.scenario
+    device, moe = s.cluster.device, s.model.moe
+    peak, bandwidth = device.peak(s.plan.precision), device.hbm_bytes_per_s
+    flop = hbm = roofline = 0.0
+    for role in program.roles:
+        for name, count, _ in role.layer_counts:
+            kind = program.kinds[name]
+            layer_flop = sum(op.flop for op in kind.ops)
+            touched = experts_touched(moe.num_experts, moe.top_k, program.graph.tokens) if moe and kind.expert_params else 1.0
+            layer_bytes = (kind.params + touched * kind.expert_params) * program.element_bytes + kind.kv_cache_bytes
+            layers = count * role.stages
+            flop += layers * layer_flop
+            hbm += layers * layer_bytes
+            roofline += layers * max(layer_flop / peak, layer_bytes / bandwidth)
+    return ForwardBound(flop, hbm, roofline, peak / bandwidth)

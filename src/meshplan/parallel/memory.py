@@ -138,3 +138,31 @@ def stage_memory(
         comm_buffers_bytes=2.0 * bucket + (2.0 * x_bytes if tp > 1 else 0.0),
         capacity_bytes=capacity_bytes,
     )
+
+
+@dataclass(frozen=True)
+class InferenceMemory(ByteBreakdown):
+    """Bytes per device of a serving stage, by category."""
+
+    weights_bytes: float
+    kv_cache_bytes: float
+    activations_bytes: float  # the working set of prefill, one layer at a time
+    capacity_bytes: float
+
+
+def kv_cache_bytes_per_token(model, tp: int, element_bytes: float) -> float:
+    """Bytes one layer caches per token on one device: K and V of the device's key-value heads
+    (replicated below one head per device), or with multi-head latent attention the compressed
+    latent and the RoPE key, the same on every tp rank (DeepSeek-V2, Liu et al. 2024, Sec. 2.1.2)."""
+    if model.mla:
+        return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * element_bytes
+    kv_heads_per_device = model.kv_heads / tp if model.kv_heads % tp == 0 else 1.0
+    return 2.0 * kv_heads_per_device * model.dim_per_head * element_bytes
+
+
+def prefill_working_bytes(model, tokens: float, tp: int, element_bytes: float) -> float:
+    """Prefill frees each layer's tensors as it goes: the residual stream in and out, plus the
+    MLP's widest intermediates (up/gate projection and activation output) on this tp shard."""
+    widest = max(model.ffn_widths)
+    up_width = (model.ffn_matrices - 1) * widest
+    return tokens * (2.0 * model.hidden_size + (up_width + widest) / tp) * element_bytes

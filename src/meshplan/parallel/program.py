@@ -3,15 +3,22 @@
 One device is modelled per distinct pipeline-stage role (first, middle, last; frozen or MoE
 stages when they differ), never one per rank, so the cost does not grow with the device count
 or the layer count. Each decoder layer kind (dense, MoE) is sharded and costed once.
+
+Serving builds one Program per phase (a prefill, a decode step; ``Phase``) with the same
+sharding, collectives and roles: forward only, the batch of one replica as its micro-batch, no
+gradients or optimizer state, memory as weights, KV cache and the prefill's working set.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshplan.costs.collectives import CollectiveKind, GroupSpan, group_span
 from meshplan.errors import MeshplanError
-from meshplan.parallel.memory import MemoryBreakdown, StateBytes, stage_memory, state_bytes_per_param
+from meshplan.parallel.memory import (
+    InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, prefill_working_bytes, stage_memory,
+    state_bytes_per_param,
+)
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
@@ -44,6 +51,9 @@ class Comm:
     bytes: float
     count: float
     span: GroupSpan
+    # where an edge (embedding, output layer) collective sits: before its ops ("open") or after
+    # them ("close"); "" by kind, gathers before and the rest after
+    at: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,17 @@ class LayerKind:
     expert_params: float  # routed-expert weights of one layer on one device
     saved_bytes: float  # activations one layer keeps per micro-batch, given the recompute policy
     full_saved_bytes: float  # what it keeps without recompute (the layer being recomputed)
+    kv_cache_bytes: float = 0.0  # serving: the cached keys and values one layer reads per pass
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One forward pass of serving: ``seq_len`` new tokens of each sequence attend to ``kv_len``
+    keys (a prefill: the prompt attending to itself; a decode step: one token and its cache)."""
+
+    name: str
+    seq_len: int
+    kv_len: int
 
 
 @dataclass(frozen=True)
@@ -78,7 +99,7 @@ class Role:
     params: float  # parameters held by one device before ZeRO sharding
     trainable_params: float  # of those, how many get gradients and optimizer states
     expert_params: float  # of ``params``, routed-expert weights (ZeRO shards them over dp/ep)
-    memory: MemoryBreakdown
+    memory: MemoryBreakdown | InferenceMemory
 
     @property
     def layers(self) -> int:
@@ -101,6 +122,7 @@ class Program:
     roles: tuple[Role, ...]
     element_bytes: float  # matmul operand bytes
     optimizer_params: float  # parameters one device updates (after ZeRO sharding), worst role
+    phase: Phase | None = None  # serving: the pass this program is
 
 
 def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None) -> ShardedOp:
@@ -228,11 +250,20 @@ def _roles(s: Scenario, blocks: tuple[Block, ...], frozen: int) -> list[tuple[st
     return roles
 
 
-def build_program(scenario: Scenario) -> Program:
+def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
+    """One training micro-batch on each device role, or (an inference task) one serving
+    ``phase``: the batch of one replica, forward only, logits for the last position only."""
     s, plan, model, cluster = scenario, scenario.plan, scenario.model, scenario.cluster
     tp, cp, pp, v, ep = plan.tp, plan.cp, plan.pp, plan.virtual_pipeline_stages, plan.ep
     act_bytes = activation_bytes(plan.precision)
-    graph = lower(model, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention)
+    if (s.task.kind == "inference") != (phase is not None):
+        raise ValueError("an inference task is built per serving phase, a training task without one")
+    if phase is None:
+        graph = lower(model, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention)
+    else:
+        _check_serving(s)
+        graph = lower(model, s.task.batch_size // (plan.dp or 1), phase.seq_len, act_bytes, plan.flash_attention,
+                      kv_len=phase.kv_len, logits_per_sequence=1)
     x_bytes = graph.tokens / cp * model.hidden_size * act_bytes  # one residual-stream tensor
 
     # expert parallelism is carved out of data parallelism, or folded over tp x cp x dp
@@ -249,6 +280,9 @@ def build_program(scenario: Scenario) -> Program:
         "dp_replica": group_span(cluster, replicas // shard, replica_stride * shard),
     }
     kinds = {block.name: _kind(s, block, x_bytes, spans) for block in graph.blocks}
+    if phase is not None:  # each sequence's cached keys and values, read by every layer
+        cache = graph.tokens / graph.seq_len * phase.kv_len * kv_cache_bytes_per_token(model, tp, act_bytes)
+        kinds = {name: replace(kind, kv_cache_bytes=cache) for name, kind in kinds.items()}
 
     pp_comm = None
     if pp > 1:  # one activation per micro-batch per chunk boundary, split over the tp ranks
@@ -266,7 +300,7 @@ def build_program(scenario: Scenario) -> Program:
     roles = []
     worst = {"params": 0.0, "trainable": 0.0, "expert": 0.0, "expert_trainable": 0.0}
     for name, stage, stages, counts in _roles(s, graph.blocks, frozen_total):
-        role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state)
+        role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase)
         roles.append(role)
         expert_trainable = sum(kinds[k].expert_params * (n - f) for k, n, f in counts)
         worst["params"] = max(worst["params"], role.params - role.expert_params)
@@ -274,7 +308,7 @@ def build_program(scenario: Scenario) -> Program:
         worst["expert"] = max(worst["expert"], role.expert_params)
         worst["expert_trainable"] = max(worst["expert_trainable"], expert_trainable)
 
-    dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, max(s.stage_layers))
+    dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, max(s.stage_layers)) if phase is None else ((), ())
     optimizer_params = worst["trainable"] / (shard if plan.zero_stage >= 1 else 1)
     optimizer_params += worst["expert_trainable"] / (edp if plan.zero_stage >= 1 else 1)
     return Program(
@@ -288,10 +322,23 @@ def build_program(scenario: Scenario) -> Program:
         roles=tuple(roles),
         element_bytes=BYTES_PER_ELEMENT[plan.precision],
         optimizer_params=optimizer_params,
+        phase=phase,
     )
 
 
-def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state) -> Role:
+def _check_serving(s: Scenario) -> None:
+    """What serving models: replicas with equal shares of the batch, no cp, experts split by tp."""
+    plan, task = s.plan, s.task
+    dp = plan.dp or 1
+    if task.batch_size % dp:
+        raise MeshplanError("task.batch_size", task.batch_size, f"must be a multiple of dp ({dp}): each replica serves an equal share")
+    if plan.cp != 1:
+        raise MeshplanError("plan.cp", plan.cp, "context parallelism is modelled for training only; use cp=1 for inference")
+    if plan.ep != 1:
+        raise MeshplanError("plan.ep", plan.ep, "expert parallelism is modelled for training only; use ep=1 (experts split by tp) for inference")
+
+
+def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase=None) -> Role:
     plan = s.plan
     tp, cp, pp, dp = plan.tp, plan.cp, plan.pp, plan.dp or 1
     sp = plan.sequence_parallel and tp > 1
@@ -300,7 +347,15 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
     tail_ops = graph.tail.ops if has_tail else ()
     head_comms = (Comm("tp", "reduce_scatter" if sp else "all_reduce", x_bytes, 1, spans["tp"]),) if has_head and tp > 1 else ()
     tail_comms: tuple[Comm, ...] = ()
-    if has_tail and tp > 1:
+    if has_tail and tp > 1 and phase is not None:
+        # the last position of each sequence: its hidden state gathered (sp), and the
+        # vocab-parallel logits gathered for sampling after the logits GEMM
+        sequences = graph.tokens / graph.seq_len
+        act = activation_bytes(plan.precision)
+        tail_comms = (Comm("tp", "all_gather", sequences * s.model.vocab_size * act, 1, spans["tp"], at="close"),)
+        if sp:
+            tail_comms += (Comm("tp", "all_gather", sequences * s.model.hidden_size * act, 1, spans["tp"], at="open"),)
+    elif has_tail and tp > 1:
         # logits input gathered (sp), and the three small all-reduces of the vocab-parallel
         # cross-entropy (max, sum of exp, target logit) over tokens in fp32
         tail_comms = (Comm("tp", "all_reduce", graph.tokens / cp * 4.0, 3, spans["tp"]),)
@@ -312,24 +367,28 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
     expert = sum(kinds[k].expert_params * n for k, n, _ in counts)
     frozen_params = sum((kinds[k].params + kinds[k].expert_params) * f for k, _, f in counts)
     trainable = params - frozen_params - (head_params if freeze_embedding else 0.0)
-    memory = stage_memory(
-        plan=plan,
-        capacity_bytes=s.cluster.device.hbm_bytes,
-        state=state,
-        params=params,
-        trainable=trainable,
-        expert_params=expert,
-        expert_trainable=expert - sum(kinds[k].expert_params * f for k, _, f in counts),
-        layer_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts],
-        recompute_buffer=max((kinds[k].full_saved_bytes for k, n, f in counts if n > f), default=0.0) if plan.recompute == "full" else 0.0,
-        head_activations=0.0 if freeze_embedding else sum(saved_bytes(op.saved, tp, cp, sp, False) for op in head_ops),
-        tail_activations=sum(saved_bytes(op.saved, tp, cp, sp, False) for op in tail_ops),
-        gathered_layer_params=max((kinds[k].params + kinds[k].expert_params for k, _, _ in counts), default=0.0),
-        stage=stage,
-        micro_batches=s.num_micro_batches,
-        x_bytes=x_bytes,
-        bucket_params=GRAD_BUCKET_PARAMS,
-    )
+    if phase is not None:
+        trainable = 0.0
+        memory = _serving_memory(s, params, sum(n for _, n, _ in counts))
+    else:
+        memory = stage_memory(
+            plan=plan,
+            capacity_bytes=s.cluster.device.hbm_bytes,
+            state=state,
+            params=params,
+            trainable=trainable,
+            expert_params=expert,
+            expert_trainable=expert - sum(kinds[k].expert_params * f for k, _, f in counts),
+            layer_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts],
+            recompute_buffer=max((kinds[k].full_saved_bytes for k, n, f in counts if n > f), default=0.0) if plan.recompute == "full" else 0.0,
+            head_activations=0.0 if freeze_embedding else sum(saved_bytes(op.saved, tp, cp, sp, False) for op in head_ops),
+            tail_activations=sum(saved_bytes(op.saved, tp, cp, sp, False) for op in tail_ops),
+            gathered_layer_params=max((kinds[k].params + kinds[k].expert_params for k, _, _ in counts), default=0.0),
+            stage=stage,
+            micro_batches=s.num_micro_batches,
+            x_bytes=x_bytes,
+            bucket_params=GRAD_BUCKET_PARAMS,
+        )
     return Role(
         name=name,
         stage=stage,
@@ -393,3 +452,17 @@ def _grad_precision(plan) -> str:
     if plan.precision == "fp32" or plan.zero_stage < 3:
         return "fp32"
     return "fp16" if plan.precision == "fp16" else "bf16"
+
+
+def _serving_memory(s: Scenario, params: float, layers: int) -> InferenceMemory:
+    """Weights of the device, the KV cache of its layers for every sequence's prompt and output,
+    and the prefill's working set."""
+    plan, task = s.plan, s.task
+    act = activation_bytes(plan.precision)
+    batch = task.batch_size // (plan.dp or 1)
+    return InferenceMemory(
+        weights_bytes=params * BYTES_PER_ELEMENT[plan.precision],
+        kv_cache_bytes=batch * (task.prompt_len + task.output_len) * layers * kv_cache_bytes_per_token(s.model, plan.tp, act),
+        activations_bytes=prefill_working_bytes(s.model, batch * task.prompt_len, plan.tp, act),
+        capacity_bytes=s.cluster.device.hbm_bytes,
+    )

@@ -1,52 +1,37 @@
 """Inference: a prefill of the prompts, then decoding one token at a time with a KV cache.
 
-The same ops as training (meshplan.workloads.transformer), forward only. Prefill runs the
-``prompt_len`` tokens of every sequence at once; a decode step runs one token per sequence that
-attends to its cached keys and values. Attention cost is linear in the context length, so the
-decode step at the mean context (prompt + output/2) gives the exact mean time per output token.
-Tensor-parallel all-reduces follow each attention and MLP block (Megatron-LM); pipeline stages
-run one after another for a token, so their times add.
+Each phase is one forward pass through the stages training goes through: the same lowering
+(meshplan.workloads.transformer; a decode step's new token attends to the cache), the same
+sharding, collectives and device roles (meshplan.parallel.program.build_program with a Phase),
+the same op and collective costs (meshplan.costs.costed), and each role's pass built by the same
+builders (meshplan.timeline.passes.forward_pass) and scheduled as tasks on streams by the one
+engine (meshplan.timeline.engine.schedule_pass). Prefill runs the ``prompt_len`` tokens of every
+sequence at once; a decode step runs one token per sequence that attends to its cached keys and
+values. Attention cost is linear in the context length, so the decode step at the mean context
+(prompt + output/2) gives the mean time per output token. A token passes the pipeline stages one
+after another, so their pass times add, with one activation send between neighbouring chunks.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from meshplan import catalog
-from meshplan.costs.collectives import collective_s
-from meshplan.costs.compute import Roofline
-from meshplan.costs.costed import op_times
-from meshplan.errors import MeshplanError
-from meshplan.parallel.mesh import axis_span, pipeline_neighbour_span
-from meshplan.parallel.program import param_share, shard_op
-from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
+from meshplan.costs.costed import CostedProgram, comm_s, cost_program, forward_bound
+from meshplan.parallel.memory import InferenceMemory
+from meshplan.parallel.program import Phase, build_program
+from meshplan.specs.plan import Task
 from meshplan.specs.scenario import Scenario
+from meshplan.timeline.engine import Pass, schedule_pass
+from meshplan.timeline.step import pass_plans
 from meshplan.units import format_bytes, format_devices, format_seconds
-from meshplan.workloads.transformer import layer_blocks, lower
-
-
-@dataclass(frozen=True)
-class InferenceMemory:
-    weights_bytes: float
-    kv_cache_bytes: float
-    activations_bytes: float  # the working set of prefill, one layer at a time
-    capacity_bytes: float
-
-    @property
-    def total_bytes(self) -> float:
-        return self.weights_bytes + self.kv_cache_bytes + self.activations_bytes
-
-    @property
-    def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
 
 
 @dataclass(frozen=True)
 class PhaseTime:
     time_s: float  # one pass through every pipeline stage
-    compute_s: float
-    tp_comm_s: float
-    pp_comm_s: float
+    compute_s: float  # compute tasks of the pass, every stage
+    tp_comm_s: float  # tensor-parallel communication the pass waits on (exposed), every stage
+    pp_comm_s: float  # activation sends between the stages
     flop: float  # per device, all decoder layers of the pass
     hbm_bytes: float  # bytes the layers must move through HBM at least (weights, KV cache)
     roofline_s: float  # max(flop / peak, bytes / peak bandwidth) summed over layers: a lower bound
@@ -75,7 +60,7 @@ class InferenceEstimate:
     tokens_per_s: float  # output tokens over the whole request, all replicas
     prefill: PhaseTime
     decode: PhaseTime
-    memory: InferenceMemory
+    memory: InferenceMemory  # the device with the least headroom
     fits: bool
 
     def to_dict(self) -> dict:
@@ -94,101 +79,70 @@ class InferenceEstimate:
         )
 
 
-def _phase(scenario: Scenario, roof: Roofline, batch: int, seq: int, kv_len: int, weight_bytes: float, kv_bytes_per_token_layer: float) -> PhaseTime:
-    """One forward pass of ``batch`` sequences of ``seq`` new tokens attending to ``kv_len`` keys."""
-    plan, model, cluster = scenario.plan, scenario.model, scenario.cluster
-    tp, pp = plan.tp, plan.pp
-    act = activation_bytes(plan.precision)
-    element = BYTES_PER_ELEMENT[plan.precision]
-    blocks = layer_blocks(model, batch, seq, act, plan.flash_attention, kv_len)
-    last_token = lower(model, batch, 1, act, plan.flash_attention)  # logits only for the last position
-    head = [shard_op(op, tp, 1, False) for op in lower(model, batch, seq, act, plan.flash_attention).head.ops]
-    tail = [shard_op(op, tp, 1, False) for op in last_token.tail.ops]
-    peak_bw, peak = cluster.device.hbm_bytes_per_s, roof.peak_flop_per_s
+@dataclass(frozen=True)
+class PhasePlan:
+    """A serving phase ready to schedule or draw: its costed program and each role's pass."""
 
-    x_bytes = batch * seq * model.hidden_size * act
-    tp_span = axis_span(cluster, plan, "tp")
-    tp_layer = 2.0 * collective_s("all_reduce", x_bytes, tp_span) if tp > 1 else 0.0
-    compute = sum(op_times(op, roof, element).forward_s for op in (*head, *tail))
-    tp_comm = collective_s("all_reduce", x_bytes, tp_span) + collective_s("all_gather", batch * model.vocab_size * act, tp_span) if tp > 1 else 0.0
-    flop = hbm = roofline = 0.0
-    for block in blocks:
-        ops = [shard_op(op, tp, 1, False) for op in block.ops]
-        compute += block.count * sum(op_times(op, roof, element).forward_s for op in ops)
-        tp_comm += block.count * tp_layer
-        layer_flop = sum(op.flop for op in ops)
-        # weights read once per pass; of the routed experts only those some token picked:
-        # E·(1 - (1 - k/E)^tokens) of them in expectation under uniform routing
-        touched = 1.0
-        if model.moe and any(op.expert for op in block.ops):
-            e, k = model.moe.num_experts, model.moe.top_k
-            touched = 1.0 - (1.0 - k / e) ** (batch * seq)
-        layer_weights = sum(param_share(op, tp) * (touched if op.expert else 1.0) for op in block.ops) * weight_bytes
-        layer_bytes = layer_weights + batch * kv_len * kv_bytes_per_token_layer
-        flop += block.count * layer_flop
-        hbm += block.count * layer_bytes
-        roofline += block.count * max(layer_flop / peak, layer_bytes / peak_bw)
-    pp_s = (pp - 1) * collective_s("send_recv", x_bytes / tp, pipeline_neighbour_span(cluster, plan)) if pp > 1 else 0.0
+    costed: CostedProgram
+    passes: tuple[Pass, ...]  # one per device role, in pipeline order
+    send_s: float  # one activation to the next pipeline chunk
+
+    @property
+    def sends(self) -> int:
+        """Chunk boundaries a token crosses on its way through the pipeline."""
+        plan = self.costed.program.scenario.plan
+        return plan.pp * plan.virtual_pipeline_stages - 1
+
+
+def serving_phases(task: Task) -> tuple[Phase, Phase]:
+    """The prefill (the prompt attending to itself) and the decode step at the mean context."""
+    return (Phase("prefill", task.prompt_len, task.prompt_len),
+            Phase("decode", 1, int(round(task.prompt_len + task.output_len / 2.0))))
+
+
+def phase_plan(scenario: Scenario, phase: Phase) -> PhasePlan:
+    costed = cost_program(build_program(scenario, phase))
+    program = costed.program
+    passes = tuple(pass_plans(costed, i, forward_only=True)["forward"] for i in range(len(program.roles)))
+    return PhasePlan(costed, passes, comm_s(program.pp_comm) if program.pp_comm else 0.0)
+
+
+def phase_time(plan: PhasePlan, compose: bool = True) -> PhaseTime:
+    """Every role's pass scheduled (composed, or unrolled for tests), its stages one after another."""
+    program = plan.costed.program
+    stages = [role.stages for role in program.roles]
+    timed = [schedule_pass(p, compose) for p in plan.passes]
+    pp_s = plan.sends * plan.send_s
+    bound = forward_bound(program)
     return PhaseTime(
-        time_s=compute + tp_comm + pp_s,
-        compute_s=compute,
-        tp_comm_s=tp_comm,
+        time_s=sum(n * t.time_s for n, t in zip(stages, timed)) + pp_s,
+        compute_s=sum(n * t.compute_s for n, t in zip(stages, timed)),
+        tp_comm_s=sum(n * t.exposed_s["tp"] for n, t in zip(stages, timed)),
         pp_comm_s=pp_s,
-        flop=flop,
-        hbm_bytes=hbm,
-        roofline_s=roofline,
-        arithmetic_intensity=flop / hbm,
-        ridge=peak / peak_bw,
+        flop=bound.flop,
+        hbm_bytes=bound.hbm_bytes,
+        roofline_s=bound.roofline_s,
+        arithmetic_intensity=bound.arithmetic_intensity,
+        ridge=bound.ridge,
     )
 
 
-def inference_estimate(scenario: Scenario) -> InferenceEstimate:
-    plan, model, task = scenario.plan, scenario.model, scenario.task
-    dp = plan.dp or 1
-    if task.batch_size % dp:
-        raise MeshplanError("task.batch_size", task.batch_size, f"must be a multiple of dp ({dp}): each replica serves an equal share")
-    if plan.cp != 1:
-        raise MeshplanError("plan.cp", plan.cp, "context parallelism is modelled for training only; use cp=1 for inference")
-    device = scenario.cluster.device
-    roof = Roofline.of(device, catalog.efficiency(device.efficiency), plan.precision)
-    batch = task.batch_size // dp
-    tp, pp = plan.tp, plan.pp
-    weight_bytes = BYTES_PER_ELEMENT[plan.precision]
-    kv_element = activation_bytes(plan.precision)
-    if model.mla:  # the compressed latent and the RoPE key, the same on every tp rank (DeepSeek-V2)
-        kv_per_token_layer = (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_element
-    else:
-        kv_heads_per_device = model.kv_heads / tp if model.kv_heads % tp == 0 else 1.0  # replicated below one head
-        kv_per_token_layer = 2.0 * kv_heads_per_device * model.dim_per_head * kv_element  # K and V
+def serving_plans(scenario: Scenario) -> tuple[PhasePlan, PhasePlan]:
+    return tuple(phase_plan(scenario, phase) for phase in serving_phases(scenario.task))  # type: ignore[return-value]
 
-    prefill = _phase(scenario, roof, batch, task.prompt_len, task.prompt_len, weight_bytes, kv_per_token_layer)
-    mean_context = task.prompt_len + task.output_len / 2.0
-    decode = _phase(scenario, roof, batch, 1, int(round(mean_context)), weight_bytes, kv_per_token_layer)
 
-    act = activation_bytes(plan.precision)
-    layers = max(scenario.stage_layers)  # the fullest stage holds the most KV cache
-    graph = lower(model, batch, task.prompt_len, act, plan.flash_attention)
-    if plan.ep != 1:
-        raise MeshplanError("plan.ep", plan.ep, "expert parallelism is modelled for training only; use ep=1 (experts split by tp) for inference")
-    params = sum(param_share(op, tp) for op in (*graph.head.ops, *graph.tail.ops))
-    params += sum(b.count * sum(param_share(op, tp) for op in b.ops) for b in graph.blocks) / pp
-    # prefill frees each layer's tensors as it goes: the residual stream in and out, plus the MLP's
-    # widest intermediates (up/gate projection and activation output) on this tp shard
-    widest = max(model.ffn_widths)
-    up_width = (model.ffn_matrices - 1) * widest
-    working = batch * task.prompt_len * (2.0 * model.hidden_size + (up_width + widest) / tp) * act
-    memory = InferenceMemory(
-        weights_bytes=params * weight_bytes,
-        kv_cache_bytes=batch * (task.prompt_len + task.output_len) * layers * kv_per_token_layer,
-        activations_bytes=working,
-        capacity_bytes=device.hbm_bytes,
-    )
+def inference_estimate(scenario: Scenario, compose: bool = True, plans: tuple[PhasePlan, PhasePlan] | None = None) -> InferenceEstimate:
+    task = scenario.task
+    prefill_plan, decode_plan = plans or serving_plans(scenario)
+    prefill, decode = phase_time(prefill_plan, compose), phase_time(decode_plan, compose)
+    roles = decode_plan.costed.program.roles
+    memory = min((role.memory for role in roles), key=lambda m: m.headroom_bytes)
     request = prefill.time_s + task.output_len * decode.time_s
     return InferenceEstimate(
-        model_id=model.id,
+        model_id=scenario.model.id,
         cluster_id=scenario.cluster.id,
         num_devices=scenario.num_devices,
-        plan=plan.model_dump(),
+        plan=scenario.plan.model_dump(),
         batch_size=task.batch_size,
         prompt_len=task.prompt_len,
         output_len=task.output_len,
@@ -199,6 +153,6 @@ def inference_estimate(scenario: Scenario) -> InferenceEstimate:
         tokens_per_s=task.batch_size * task.output_len / request,
         prefill=prefill,
         decode=decode,
-        memory=memory,
-        fits=memory.fits,
+        memory=memory,  # type: ignore[arg-type]
+        fits=all(role.memory.fits for role in roles),
     )

@@ -135,8 +135,8 @@ def edge_halves(costed: CostedProgram, role_index: int) -> tuple[Half | None, Ha
                     params=sum(param_share(s.op, tp) for s in role.head))
     if role.tail:
         ops = _ops(role.tail, times.edge_ops)
-        gathers = tuple(c for c in role.tail_comms if c.kind == "all_gather")
-        reduces = tuple(c for c in role.tail_comms if c.kind != "all_gather")
+        gathers = tuple(c for c in role.tail_comms if c.at == "open" or (not c.at and c.kind == "all_gather"))
+        reduces = tuple(c for c in role.tail_comms if c not in gathers)
         tail = Half("head", ops, sum(comm_s(c) for c in gathers), sum(comm_s(c) for c in reduces),
                     sum(comm_s(c, True) for c in reduces), sum(comm_s(c, True) for c in gathers), 1,
                     params=sum(param_share(s.op, tp) for s in role.tail))

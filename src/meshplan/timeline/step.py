@@ -40,9 +40,10 @@ class RolePasses:
     paired: PassTime | None  # a forward and a backward of two micro-batches together
 
 
-def pass_plans(costed: CostedProgram, index: int) -> dict[str, Pass]:
+def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) -> dict[str, Pass]:
     """Role ``index``'s passes as task graphs: forward and backward always; first_forward,
-    last_backward, input_backward and paired where the plan makes them differ."""
+    last_backward, input_backward and paired where the plan makes them differ.
+    ``forward_only``: the forward alone (a serving phase)."""
     program = costed.program
     s = program.scenario
     plan = s.plan
@@ -56,6 +57,8 @@ def pass_plans(costed: CostedProgram, index: int) -> dict[str, Pass]:
     dp = data_parallel(costed, role)
     full = plan.recompute == "full"
     trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
+    if forward_only:
+        return {"forward": forward_pass("f", layers, head, tail, dp, overlap)}
     out = {
         "forward": forward_pass("f", layers, head, tail, dp, overlap),
         "backward": backward_pass("b", layers, head, tail, dp, overlap, full, trains),

@@ -1,17 +1,20 @@
-"""A Chrome / Perfetto trace of one step: one process per device role, one track per stream.
+"""A Chrome / Perfetto trace of one step (or one serving request): one process per device
+role, one track per stream.
 
 Every task the scheduler placed is drawn on its stream (compute, and one stream per network
 axis): each micro-batch's forward and backward at the time the pipeline schedule runs it, the
 first micro-batch's forward and the last one's backward with the data-parallel collectives the
-framework runs beside them, then the optimizer step. Open the JSON in ui.perfetto.dev or
+framework runs beside them, then the optimizer step. A serving request draws the prefill and
+the first decode steps, each a token's pass through the stages. Open the JSON in ui.perfetto.dev or
 chrome://tracing (Trace Event Format, "X" complete events, timestamps in microseconds).
 """
 
 from __future__ import annotations
 
 from meshplan.costs.costed import CostedProgram
-from meshplan.timeline.engine import CATEGORIES, place_pass
+from meshplan.timeline.engine import CATEGORIES, place_pass, schedule_pass
 from meshplan.timeline.estimate import Estimate
+from meshplan.timeline.inference import InferenceEstimate, PhasePlan
 from meshplan.timeline.pipeline_schedule import simulate_1f1b
 from meshplan.timeline.step import pass_plans
 
@@ -55,3 +58,58 @@ def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
 
 def _event(name: str, pid: int, tid: int, start_s: float, duration_s: float, args: dict) -> dict:
     return {"name": name, "ph": "X", "pid": pid, "tid": tid, "ts": start_s * 1e6, "dur": max(duration_s, 0.0) * 1e6, "args": args}
+
+
+#: decode steps a serving trace draws after the prefill; a marker stands for the rest
+TRACE_DECODE_STEPS = 4
+
+
+def serving_trace(prefill: PhasePlan, decode: PhasePlan, estimate: InferenceEstimate, decode_steps: int = TRACE_DECODE_STEPS) -> dict:
+    """The prefill, then the first ``decode_steps`` decode steps (each the step at the mean
+    context that ``tpot_s`` is), one process per device role: a token runs through the stages
+    one after another, each stage's pass as scheduled, then the activation send to the next
+    stage on the pp stream. A marker after the last step drawn stands for the others."""
+    program = decode.costed.program
+    roles = program.roles
+    steps = min(decode_steps, estimate.output_len)
+    events: list[dict] = []
+    for index, role in enumerate(roles):
+        pid = index + 1
+        name = f"{role.name} stage (stage {role.stage}" + (f", like {role.stages} stages)" if role.stages > 1 else ")")
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
+        for tid, stream in enumerate(STREAMS):
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": stream}})
+    drawn = [("prefill", prefill, 0.0, program.scenario.task.prompt_len)]
+    drawn += [(f"decode step {k + 1}", decode, estimate.ttft_s + k * estimate.tpot_s, decode.costed.program.phase.kv_len)
+              for k in range(steps)]
+    for label, plan, start, context in drawn:
+        events += _serving_pass(plan, start, {"phase": label, "context_tokens": context})
+    end_s = estimate.ttft_s + steps * estimate.tpot_s
+    if steps < estimate.output_len:
+        events.append({"name": f"{estimate.output_len - steps} more decode steps", "ph": "i", "s": "g", "pid": len(roles), "tid": 0,
+                       "ts": end_s * 1e6, "args": {"request_end_s": estimate.request_s}})
+    metadata = {"ttft_s": estimate.ttft_s, "tpot_s": estimate.tpot_s, "request_s": estimate.request_s,
+                "decode_steps_drawn": steps, "end_s": end_s}
+    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
+
+
+def _serving_pass(plan: PhasePlan, start_s: float, args: dict) -> list[dict]:
+    """One token's pass through the pipeline from ``start_s``: each role drawn at its
+    representative stage."""
+    roles = plan.costed.program.roles
+    role_of_stage = [i for i, role in enumerate(roles) for _ in range(role.stages)]
+    times = [schedule_pass(p).time_s for p in plan.passes]
+    events = []
+    offset = start_s
+    for stage, index in enumerate(role_of_stage):
+        if roles[index].stage == stage:
+            for placed in place_pass(plan.passes[index], offset):
+                events.append(_event(f"{placed.task.kind}: {placed.task.name}", index + 1, STREAMS.index(placed.task.stream),
+                                     placed.start_s, placed.end_s - placed.start_s, args))
+        offset += times[index]
+        if stage < len(role_of_stage) - 1:
+            if roles[index].stage == stage:
+                events.append(_event(f"send_recv: activation to stage {stage + 1}", index + 1, STREAMS.index("pp"), offset,
+                                     plan.send_s, args))
+            offset += plan.send_s
+    return events

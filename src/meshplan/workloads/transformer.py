@@ -181,8 +181,15 @@ def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_by
     return tuple(blocks)
 
 
-def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True) -> Graph:
-    """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss."""
+def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True,
+          kv_len: int | None = None, logits_per_sequence: int | None = None) -> Graph:
+    """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss.
+
+    Serving lowers a prefill or a decode step: ``seq_len`` new tokens per sequence attend to
+    ``kv_len`` keys (layer_blocks), and only the last ``logits_per_sequence`` positions of each
+    sequence go through the final norm, logits and sampling (default: every position, as in
+    training).
+    """
     t = float(micro_batch * seq_len)
     h, v = float(model.hidden_size), float(model.vocab_size)
     x = t * h * act_bytes
@@ -195,6 +202,8 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
         ),
         1,
     )
+    t = float(micro_batch * (logits_per_sequence or seq_len))  # positions the output layer runs on
+    x = t * h * act_bytes
     tail = Block(
         "head",
         (
@@ -205,5 +214,5 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
         ),
         1,
     )
-    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention)
-    return Graph(head=head, blocks=blocks, tail=tail, tokens=int(t), seq_len=seq_len, activation_bytes=act_bytes)
+    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len)
+    return Graph(head=head, blocks=blocks, tail=tail, tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)
