@@ -70,6 +70,7 @@ class Half:
     cp_chunks: int = 1
     recompute: tuple[str, ...] = ()  # ops re-run in backward (selective recompute)
     params: float = 0.0  # weights on this device (head and tail; layers carry theirs in Layer)
+    reduce_kind: str = "reduce_scatter"  # the closing collective: reduce_scatter (sequence parallel) or all_reduce
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,10 @@ def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, Half]:
     cp_fwd = _per(kind.cp_comms, "all_gather")
     cp_bwd = _per(kind.cp_comms, "all_gather", True)
     a2a = _per(kind.ep_comms, "all_to_all")
+    reduce_kind = "reduce_scatter" if sp else "all_reduce"
     attention = Half("attn", ops[:split], open_s, close_s, open_back, close_back, tp, cp_s=cp_fwd, cp_back_s=cp_bwd,
-                     cp_chunks=plan.cp, recompute=selective)
-    ffn = Half("ffn", ops[split:], open_s, close_s, open_back, close_back, tp, dispatch_s=a2a)
+                     cp_chunks=plan.cp, recompute=selective, reduce_kind=reduce_kind)
+    ffn = Half("ffn", ops[split:], open_s, close_s, open_back, close_back, tp, dispatch_s=a2a, reduce_kind=reduce_kind)
     return attention, ffn
 
 
@@ -132,14 +134,15 @@ def edge_halves(costed: CostedProgram, role_index: int) -> tuple[Half | None, Ha
         ops = _ops(role.head, times.edge_ops)
         close = sum(comm_s(c) for c in role.head_comms)
         head = Half("embedding", ops, 0.0, close, 0.0, sum(comm_s(c, True) for c in role.head_comms), 1,
-                    params=sum(param_share(s.op, tp) for s in role.head))
+                    params=sum(param_share(s.op, tp) for s in role.head),
+                    reduce_kind=role.head_comms[0].kind if role.head_comms else "all_reduce")
     if role.tail:
         ops = _ops(role.tail, times.edge_ops)
         gathers = tuple(c for c in role.tail_comms if c.at == "open" or (not c.at and c.kind == "all_gather"))
         reduces = tuple(c for c in role.tail_comms if c not in gathers)
         tail = Half("head", ops, sum(comm_s(c) for c in gathers), sum(comm_s(c) for c in reduces),
                     sum(comm_s(c, True) for c in reduces), sum(comm_s(c, True) for c in gathers), 1,
-                    params=sum(param_share(s.op, tp) for s in role.tail))
+                    params=sum(param_share(s.op, tp) for s in role.tail), reduce_kind="all_reduce")
     return head, tail
 
 
@@ -260,7 +263,7 @@ def forward_half(b: _Builder, h: Half) -> None:
         if experts and i == experts[-1]:
             b.blocking(f"{h.name}.combine", "ep", h.dispatch_s, "all_to_all")
     if not close_pipelined:
-        b.blocking(f"{h.name}.close", "tp", h.close_s, "reduce_scatter")
+        b.blocking(f"{h.name}.close", "tp", h.close_s, h.reduce_kind)
 
 
 def backward_half(b: _Builder, h: Half, weights: bool = True) -> None:
@@ -304,13 +307,13 @@ def backward_half(b: _Builder, h: Half, weights: bool = True) -> None:
         return
     if deferred > 0:
         gradient = b.last
-        closing = b.beside(f"{h.name}.close_back", "tp", h.close_back_s, (gradient,), "reduce_scatter")
+        closing = b.beside(f"{h.name}.close_back", "tp", h.close_back_s, (gradient,), h.reduce_kind)
         b.work(f"{h.name}.weight_grads", deferred, "matmul")
         # the next half needs both the reduced input gradient and a free compute stream
         b.tasks.append(Task(b._name("join"), "compute", (), (closing,), "join"))
         b.last = b.tasks[-1].name
     else:
-        b.blocking(f"{h.name}.close_back", "tp", h.close_back_s, "reduce_scatter")
+        b.blocking(f"{h.name}.close_back", "tp", h.close_back_s, h.reduce_kind)
 
 
 def recompute_halves(b: _Builder, halves: tuple[Half, ...]) -> None:
