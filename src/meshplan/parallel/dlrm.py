@@ -57,6 +57,7 @@ class Task:
     lookup_bytes: float = 0.0  # embedding rows read or updated
     comm_bytes: float = 0.0  # the collective's buffer (meshplan.costs.collectives.collective_s)
     group: Group | None = None
+    axis: str = ""  # comm: the strategy entry it serves (mp, ddp, fsdp, tp, ep)
     blocking: bool = False
 
 
@@ -147,11 +148,13 @@ class _Builder:
     def compute(self, name, category, layer, deps=(), **work) -> str:
         return self.add(Task(name, "compute", category, layer, tuple(d for d in deps if d), **work))
 
-    def comm(self, name, kind, layer, nbytes, group, deps=(), blocking=True) -> str | None:
-        if group is None or group.size <= 1 or nbytes <= 0:
+    def comm(self, name, kind, layer, nbytes, layout: Layout, axis: str, deps=(), blocking=True) -> str | None:
+        """A collective over ``layout``'s group of strategy entry ``axis`` (none if it has no group)."""
+        group = layout.group(axis)
+        if group is None or nbytes <= 0:
             return None
         return self.add(Task(name, "comm", kind, layer, tuple(d for d in deps if d), comm_bytes=nbytes,
-                             group=group, blocking=blocking))
+                             group=group, axis=axis, blocking=blocking))
 
 
 @dataclass
@@ -195,7 +198,7 @@ def _fsdp_gather(b: _Builder, op: DLRMOp, d: _Dense, name: str, issued: list[str
     shard = d.layout.degree("tp") if op.tp != "none" else 1
     gathered = d.copies * op.params / shard * d.weight_bytes
     d.gathered = max(d.gathered, 2.0 * gathered)
-    return b.comm(name, "all_gather", d.name, gathered, d.layout.group("fsdp"), deps=(issued[-2] if len(issued) >= 2 else "",))
+    return b.comm(name, "all_gather", d.name, gathered, d.layout, "fsdp", deps=(issued[-2] if len(issued) >= 2 else "",))
 
 
 def _layer_forward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict) -> tuple[str, ...]:
@@ -216,7 +219,7 @@ def _layer_forward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str
         prefetch["fwd"].append(done)
     if op.tp == "row" and tp > 1:
         m = d.batch * op.rows * d.rows_scale
-        reduced = b.comm(f"{tag}:ar_act", "all_reduce", d.name, d.copies * m * op.n * d.act_bytes, lay.group("tp"), deps=(done,))
+        reduced = b.comm(f"{tag}:ar_act", "all_reduce", d.name, d.copies * m * op.n * d.act_bytes, lay, "tp", deps=(done,))
         return (done, reduced or "")
     return (done,)
 
@@ -241,12 +244,12 @@ def _layer_backward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[st
     out = [done]
     if op.tp == "column" and tp > 1 and input_grad:
         m = d.batch * op.rows * d.rows_scale
-        reduced = b.comm(f"{tag}:ar_grad_in", "all_reduce", d.name, d.copies * m * op.k * d.act_bytes, lay.group("tp"), deps=(done,))
+        reduced = b.comm(f"{tag}:ar_grad_in", "all_reduce", d.name, d.copies * m * op.k * d.act_bytes, lay, "tp", deps=(done,))
         out.append(reduced or "")
     if op.params:
         grads = d.copies * op.params / shard * d.grad_bytes
-        scattered = b.comm(f"{tag}:rs_grad", "reduce_scatter", d.name, grads, lay.group("fsdp"), deps=(done,), blocking=False)
-        synced = b.comm(f"{tag}:ar_grad", "all_reduce", d.name, grads / lay.degree("fsdp"), lay.group("ddp"),
+        scattered = b.comm(f"{tag}:rs_grad", "reduce_scatter", d.name, grads, lay, "fsdp", deps=(done,), blocking=False)
+        synced = b.comm(f"{tag}:ar_grad", "all_reduce", d.name, grads / lay.degree("fsdp"), lay, "ddp",
                         deps=(scattered or done,), blocking=False)
         d.syncs.extend(s for s in (scattered, synced) if s)
         d.params += d.copies * op.params / shard / lay.degree("fsdp")
@@ -303,7 +306,7 @@ def build_dlrm_program(
     lookup = emb_batch * graph.embedding.lookup_bytes / mp
     pooled = emb_batch * m.tables / mp * m.embedding_dim * m.bytes_per_emb_param
     emb_f = b.compute("emb:f", "embedding_lookup", "embedding", lookup_bytes=lookup, kernel="lookup")
-    a2a_f = b.comm("emb:a2a_f", "all_to_all", "embedding", pooled, emb.group("mp"), deps=(emb_f,))
+    a2a_f = b.comm("emb:a2a_f", "all_to_all", "embedding", pooled, emb, "mp", deps=(emb_f,))
 
     dense = layouts["dense"]
     bottom = _Dense("bottom", dense, batch / dense.replicas, wb, wb, act)
@@ -319,7 +322,7 @@ def build_dlrm_program(
         inter = _Dense("transformer", lay, batch / lay.replicas, wb, wb, act)
         t = m.transformer
         gather = b.comm("transformer:ag_in", "all_gather", "transformer", inter.batch * t.seq_len * t.hidden_size * act,
-                        lay.group("tp"), deps=ready)
+                        lay, "tp", deps=ready)
         ready = (*ready, gather or "")
         shared = lay.group("tp")
     else:
@@ -345,11 +348,11 @@ def build_dlrm_program(
         dispatch_bytes = combine_bytes = 0.0
     gather_top = None
     if top.layout.group("tp") and top.layout.group("tp") != shared:
-        gather_top = b.comm("top:ag_in", "all_gather", top.name, top.batch * m.interaction_out * act, top.layout.group("tp"), deps=inter_end)
-    dispatch = b.comm("moe:a2a_dispatch", "all_to_all", "moe", dispatch_bytes, top.layout.group("ep"), deps=inter_end)
+        gather_top = b.comm("top:ag_in", "all_gather", top.name, top.batch * m.interaction_out * act, top.layout, "tp", deps=inter_end)
+    dispatch = b.comm("moe:a2a_dispatch", "all_to_all", "moe", dispatch_bytes, top.layout, "ep", deps=inter_end)
     top_ops = _unrolled(graph.top)
     top_end = _run(b, top, top_ops, (*inter_end, gather_top or "", dispatch or ""), backward=False)
-    combine = b.comm("moe:a2a_combine", "all_to_all", "moe", combine_bytes, top.layout.group("ep"), deps=top_end)
+    combine = b.comm("moe:a2a_combine", "all_to_all", "moe", combine_bytes, top.layout, "ep", deps=top_end)
     kinds_dense = (bottom, inter, top)
     if training:
         _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end, combine, combine_bytes,
@@ -382,15 +385,15 @@ def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end,
                      kernel="elementwise")
 
     # backward, reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all, bottom, lookups
-    combine_b = b.comm("moe:a2a_combine_b", "all_to_all", "moe", combine_bytes, top.layout.group("ep"), deps=(loss,))
+    combine_b = b.comm("moe:a2a_combine_b", "all_to_all", "moe", combine_bytes, top.layout, "ep", deps=(loss,))
     top_b = _run(b, top, top_ops, (loss, combine_b or ""), backward=True)
-    dispatch_b = b.comm("moe:a2a_dispatch_b", "all_to_all", "moe", dispatch_bytes, top.layout.group("ep"), deps=top_b)
+    dispatch_b = b.comm("moe:a2a_dispatch_b", "all_to_all", "moe", dispatch_bytes, top.layout, "ep", deps=top_b)
     inter_b = _run(b, inter, inter_ops, (*top_b, dispatch_b or ""), backward=True)
-    a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb.group("mp"), deps=inter_b)
+    a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb, "mp", deps=inter_b)
     _run(b, bottom, bottom_ops, inter_b, backward=True, first_input_grad=False)
     emb_b = b.compute("emb:b", "embedding_lookup", "embedding", (*inter_b, a2a_b or ""), lookup_bytes=lookup, kernel="lookup")
     # replicated tables: all-reduce the looked-up rows' gradients (MAD Max artifact: lookup bytes)
-    b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb.group("ddp"), deps=(emb_b,), blocking=False)
+    b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb, "ddp", deps=(emb_b,), blocking=False)
     for d in kinds_dense:
         if d.params:
             traffic = optimizer_traffic_bytes(d.params, wb, m.dense_optimizer)

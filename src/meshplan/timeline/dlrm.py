@@ -1,13 +1,14 @@
 """A DLRM iteration on per-device compute and communication streams (MAD Max Sec. 4.3, Fig. 6).
 
-Tasks are placed in issue order: each starts when its stream is free and every task it depends on
-has finished ("GPU kernels are launched whenever data dependencies are resolved"). There is one
-compute stream and one communication stream per network level a collective crosses (collectives
-on disjoint links run side by side; MAD Max's single stream is the one-level case). Blocking
+The iteration's tasks go through the one scheduler (meshplan.timeline.engine) as one segment in
+issue order: each starts when its stream is free and every task it depends on has finished
+("GPU kernels are launched whenever data dependencies are resolved"). There is one compute
+stream and one communication stream per network level a collective crosses (collectives on
+disjoint links run side by side; MAD Max's single stream is the one-level case). Blocking
 collectives (all-to-all, tensor-parallel all-reduces, FSDP gathers) hold back the compute that
 needs them; DDP gradient all-reduces depend on nothing but their layer's backward, so they overlap
 the backward compute that follows. Compute is not slowed while collectives run beside it (MAD
-Max's assumption; the dense path's overlap_slowdown is not applied here).
+Max's assumption; the training passes' overlap_slowdown is not applied here).
 
 Metrics follow MAD Max's artifact (samhsia/MADMAX-AE, tasks/tasks.py): exposed communication is
 the iteration minus the compute time, and "% communication exposed" (Table 1) is exposed / all
@@ -22,22 +23,15 @@ from meshplan.costs.dlrm import CostedTask, cost_dlrm_program
 from meshplan.parallel.dlrm import DLRMProgram, build_dlrm_program
 from meshplan.parallel.dlrm_memory import DLRMMemory
 from meshplan.specs.dlrm_scenario import DLRMScenario
+from meshplan.timeline.engine import Pass, Placed, Segment, Task, place_pass
+from meshplan.timeline.trace import tasks_trace
 from meshplan.workloads.dlrm import lower_dlrm
 from meshplan.units import difference, format_bytes, format_devices, format_seconds
 
 COMPUTE_KINDS = ("embedding_lookup", "gemm", "other")
 COLLECTIVES = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter")
-
-
-@dataclass(frozen=True)
-class ScheduledTask:
-    name: str
-    stream: str
-    category: str
-    layer: str
-    start_s: float
-    end_s: float
-    blocking: bool = False
+#: the engine category (what a critical path waits on) of each strategy entry's collectives
+CATEGORY = {"mp": "mp", "ddp": "dp", "fsdp": "dp", "tp": "tp", "ep": "ep"}
 
 
 @dataclass(frozen=True)
@@ -72,7 +66,7 @@ class DLRMEstimate:
     comm_by_collective: dict[str, CollectiveBreakdown]  # MAD Max Fig. 15 b
     memory: DLRMMemory
     fits: bool
-    tasks: tuple[ScheduledTask, ...] = field(repr=False, default=())
+    tasks: tuple[Placed, ...] = field(repr=False, default=())  # as scheduled; task.kind is the compute kind or collective
     warnings: tuple[str, ...] = ()
 
     @property
@@ -102,43 +96,41 @@ class DLRMEstimate:
         )
 
 
-def schedule(costed: tuple[CostedTask, ...]) -> tuple[ScheduledTask, ...]:
-    """List scheduling in issue order: start = max(stream free, dependencies done)."""
-    free: dict[str, float] = {}
-    end: dict[str, float] = {}
-    out = []
-    for c in costed:
-        start = max([free.get(c.stream, 0.0), *(end[d] for d in c.task.deps)])
-        finish = start + c.duration_s
-        free[c.stream] = end[c.task.name] = finish
-        out.append(ScheduledTask(c.task.name, c.stream, c.task.category, c.task.layer, start, finish, c.task.blocking))
-    return tuple(out)
+def iteration_pass(costed: tuple[CostedTask, ...]) -> Pass:
+    """The iteration as one engine segment: tasks in issue order on their streams, each
+    collective charged to its strategy entry's category."""
+    tasks = tuple(
+        Task(c.task.name, c.stream, (("compute" if c.stream == "compute" else CATEGORY[c.task.axis], c.duration_s),),
+             c.task.deps, c.task.category)
+        for c in costed
+    )
+    return Pass("iteration", ((Segment("iteration", tasks), 1),))
 
 
-def hidden_behind(comm: ScheduledTask, compute: list[ScheduledTask]) -> dict[str, float]:
+def hidden_behind(comm: Placed, compute: list[Placed]) -> dict[str, float]:
     """How long ``comm`` runs beside each kind of compute (compute tasks never overlap each other)."""
     out = dict.fromkeys(COMPUTE_KINDS, 0.0)
     for c in compute:
         overlap = min(comm.end_s, c.end_s) - max(comm.start_s, c.start_s)
         if overlap > 0:
-            out[c.category] += overlap
+            out[c.task.kind] += overlap
     return out
 
 
 def dlrm_estimate(program: DLRMProgram, costed: tuple[CostedTask, ...]) -> DLRMEstimate:
-    tasks = schedule(costed)
-    compute = [t for t in tasks if t.stream == "compute"]
-    comms = [t for t in tasks if t.stream != "compute"]
+    tasks = tuple(place_pass(iteration_pass(costed)))
+    compute = [t for t in tasks if t.task.stream == "compute"]
+    comms = [t for t in tasks if t.task.stream != "compute"]
     iteration = max(t.end_s for t in tasks)
     by_kind = dict.fromkeys((*COMPUTE_KINDS, *COLLECTIVES), 0.0)
     for t in tasks:
-        by_kind[t.category] += t.end_s - t.start_s
+        by_kind[t.task.kind] += t.end_s - t.start_s
     compute_s = sum(by_kind[k] for k in COMPUTE_KINDS)
     comm_s = sum(by_kind[k] for k in COLLECTIVES)
     breakdown = {}
     for kind in COLLECTIVES:
         behind = dict.fromkeys(COMPUTE_KINDS, 0.0)
-        for t in (c for c in comms if c.category == kind):
+        for t in (c for c in comms if c.task.kind == kind):
             for k, v in hidden_behind(t, compute).items():
                 behind[k] += v
         hidden = min(sum(behind.values()), by_kind[kind])
@@ -185,13 +177,5 @@ def estimate_dlrm(s: DLRMScenario) -> DLRMEstimate:
 
 
 def dlrm_chrome_trace(e: DLRMEstimate) -> dict:
-    """The iteration's streams as a Chrome/Perfetto trace (one row per stream, times in us)."""
-    rows = {name: i for i, name in enumerate(dict.fromkeys(t.stream for t in e.tasks))}
-    events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": f"{e.model_id} {e.strategy}"}}]
-    events += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": s}} for s, i in rows.items()]
-    events += [
-        {"name": t.name, "cat": t.category, "ph": "X", "pid": 0, "tid": rows[t.stream],
-         "ts": t.start_s * 1e6, "dur": (t.end_s - t.start_s) * 1e6, "args": {"layer": t.layer}}
-        for t in e.tasks
-    ]
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+    """The iteration's scheduled tasks as a Chrome/Perfetto trace (meshplan.timeline.trace)."""
+    return tasks_trace(f"{e.model_id} {e.strategy}", e.tasks, e.iteration_s)
