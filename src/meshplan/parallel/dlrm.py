@@ -23,14 +23,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from meshplan.costs.collectives import GroupSpan, group_span
 from meshplan.errors import MeshplanError
 from meshplan.parallel.dlrm_memory import (
     INDEX_BYTES, DLRMMemory, dense_state_bytes, embedding_state_bytes, optimizer_traffic_bytes,
 )
+from meshplan.parallel.program import Comm, ShardedOp
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.specs.strategy import Strategy
 from meshplan.workloads.dlrm import DLRMBlock, DLRMGraph, DLRMOp
+from meshplan.workloads.ops import Op
+
+#: the mesh axis (the scheduler's category) each strategy entry's collectives run on
+AXIS = {"mp": "mp", "ddp": "dp", "fsdp": "dp", "tp": "tp", "ep": "ep"}
+_KIND = {"gemm": "matmul", "attention": "attention", "elementwise": "elementwise", "lookup": "lookup"}
 
 
 @dataclass(frozen=True)
@@ -43,21 +50,17 @@ class Group:
 
 @dataclass(frozen=True)
 class Task:
-    """One compute kernel or collective of one device, with the tasks it must wait for."""
+    """One compute kernel or collective of one device, with the tasks it must wait for. A
+    kernel is an op's share on the device and the pass it runs (costed by
+    meshplan.costs.costed.op_times); a collective is a common Comm."""
 
     name: str
-    stream: str  # "compute" or "comm"
-    category: str  # compute: embedding_lookup | gemm | other; comm: the collective kind
     layer: str  # embedding, bottom, interaction, transformer, top, moe, loss, optimizer
     deps: tuple[str, ...] = ()
-    kernel: str = ""  # compute: lookup | gemm | attention | elementwise (how it is costed)
-    gemms: tuple[tuple[float, float, float], ...] = ()  # (m, k, n), run one after another
-    flop: float = 0.0  # attention-like flop
-    bytes: float = 0.0  # streaming HBM traffic
-    lookup_bytes: float = 0.0  # embedding rows read or updated
-    comm_bytes: float = 0.0  # the collective's buffer (meshplan.costs.collectives.collective_s)
-    group: Group | None = None
-    axis: str = ""  # comm: the strategy entry it serves (mp, ddp, fsdp, tp, ep)
+    op: ShardedOp | None = None
+    phase: str = "forward"  # forward, backward (input and weight gradients) or weight (weight gradient only)
+    copies: int = 1  # the kernel runs this many times in a row (the expert towers a device holds)
+    comm: Comm | None = None
     blocking: bool = False
 
 
@@ -134,27 +137,34 @@ def layout(kind: str, entries: tuple[str, ...], factors: tuple[int, ...], num_de
     return Layout(kind, entries, degrees, tuple(groups))
 
 
+def _sharded(op: DLRMOp | Op, flop: float = 0.0, nbytes: float = 0.0, shape: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> ShardedOp:
+    common = op if isinstance(op, Op) else Op(op.name, _KIND[op.kind], "none")
+    return ShardedOp(common, flop, nbytes, *shape)
+
+
 class _Builder:
     """Collects tasks in issue order (the order MAD Max's per-device streams are filled in)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
         self.tasks: list[Task] = []
-        self.grad_syncs: dict[str, list[str]] = {}
+        self.spans: dict[Group, GroupSpan] = {}
 
     def add(self, task: Task) -> str:
         self.tasks.append(task)
         return task.name
 
-    def compute(self, name, category, layer, deps=(), **work) -> str:
-        return self.add(Task(name, "compute", category, layer, tuple(d for d in deps if d), **work))
+    def compute(self, name, layer, op: ShardedOp, deps=(), phase="forward", copies=1) -> str:
+        return self.add(Task(name, layer, tuple(d for d in deps if d), op=op, phase=phase, copies=copies))
 
     def comm(self, name, kind, layer, nbytes, layout: Layout, axis: str, deps=(), blocking=True) -> str | None:
         """A collective over ``layout``'s group of strategy entry ``axis`` (none if it has no group)."""
         group = layout.group(axis)
         if group is None or nbytes <= 0:
             return None
-        return self.add(Task(name, "comm", kind, layer, tuple(d for d in deps if d), comm_bytes=nbytes,
-                             group=group, axis=axis, blocking=blocking))
+        span = self.spans.get(group) or self.spans.setdefault(group, group_span(self.cluster, group.size, group.stride))
+        comm = Comm(AXIS[axis], kind, nbytes, 1, span)
+        return self.add(Task(name, layer, tuple(d for d in deps if d), comm=comm, blocking=blocking))
 
 
 @dataclass
@@ -207,14 +217,12 @@ def _layer_forward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str
     gather = _fsdp_gather(b, op, d, f"{tag}:ag_w", prefetch.setdefault("fwd", []))
     if op.kind == "gemm":
         shape = _gemm_shape(op, d, tp)
-        work = {"gemms": (shape,) * int(d.copies), "kernel": "gemm"}
+        work, copies = _sharded(op, shape=shape), int(d.copies)
         d.activations += d.copies * shape[0] * shape[1] * d.act_bytes
-        category = "gemm"
     else:
-        work = {"flop": d.batch * op.flop / tp, "bytes": _stream_bytes(op, d) / tp, "kernel": op.kind}
+        work, copies = _sharded(op, d.batch * op.flop / tp, _stream_bytes(op, d) / tp), 1
         d.activations += _stream_bytes(op, d) / tp / 2.0
-        category = "gemm" if op.kind == "attention" else "other"  # attention is batched matmuls
-    done = b.compute(f"{tag}", category, d.name, (*deps, gather), **work)
+    done = b.compute(f"{tag}", d.name, work, (*deps, gather), copies=copies)
     if gather:
         prefetch["fwd"].append(done)
     if op.tp == "row" and tp > 1:
@@ -232,13 +240,12 @@ def _layer_backward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[st
     shard = tp if op.tp != "none" else 1
     gather = _fsdp_gather(b, op, d, f"{tag}:ag_w_b", prefetch.setdefault("bwd", []))
     if op.kind == "gemm":
-        m, k, n = _gemm_shape(op, d, tp)
-        pair = ((m, n, k), (k, m, n)) if input_grad else ((k, m, n),)
-        work, category = {"gemms": pair * int(d.copies), "kernel": "gemm"}, "gemm"
+        # input gradient and weight gradient GEMMs, or the weight gradient alone (first layer)
+        work, copies = _sharded(op, shape=_gemm_shape(op, d, tp)), int(d.copies)
+        phase = "backward" if input_grad else "weight"
     else:
-        work = {"flop": 2.0 * d.batch * op.flop / tp, "bytes": 2.0 * _stream_bytes(op, d) / tp, "kernel": op.kind}
-        category = "gemm" if op.kind == "attention" else "other"
-    done = b.compute(f"{tag}:b", category, d.name, (*deps, gather), **work)
+        work, copies, phase = _sharded(op, d.batch * op.flop / tp, _stream_bytes(op, d) / tp), 1, "backward"
+    done = b.compute(f"{tag}:b", d.name, work, (*deps, gather), phase=phase, copies=copies)
     if gather:
         prefetch["bwd"].append(done)
     out = [done]
@@ -298,14 +305,14 @@ def build_dlrm_program(
     layouts = {k: layout(k, e, factors, n, "(" + ",".join(e) + ")") for k, e in entries.items()}
     act, wb = BYTES_PER_ELEMENT[precision], m.bytes_per_dense_param
     local = batch / n
-    b = _Builder()
+    b = _Builder(cluster)
 
     # embedding bags: each device looks its tables up for every sample of its mp group
     emb = layouts["embedding"]
     mp, emb_batch = emb.degree("mp"), batch / emb.degree("ddp")
     lookup = emb_batch * graph.embedding.lookup_bytes / mp
     pooled = emb_batch * m.tables / mp * m.embedding_dim * m.bytes_per_emb_param
-    emb_f = b.compute("emb:f", "embedding_lookup", "embedding", lookup_bytes=lookup, kernel="lookup")
+    emb_f = b.compute("emb:f", "embedding", _sharded(graph.embedding, nbytes=lookup))
     a2a_f = b.comm("emb:a2a_f", "all_to_all", "embedding", pooled, emb, "mp", deps=(emb_f,))
 
     dense = layouts["dense"]
@@ -381,8 +388,7 @@ def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end,
     """Loss, then backward reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all,
     bottom, lookups; gradient reductions; the dense optimizer steps."""
     bottom, inter, top = kinds_dense
-    loss = b.compute("loss", "other", "loss", (*top_end, combine or ""), bytes=local * graph.loss.elements * act,
-                     kernel="elementwise")
+    loss = b.compute("loss", "loss", _sharded(graph.loss, nbytes=local * graph.loss.elements * act), (*top_end, combine or ""))
 
     # backward, reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all, bottom, lookups
     combine_b = b.comm("moe:a2a_combine_b", "all_to_all", "moe", combine_bytes, top.layout, "ep", deps=(loss,))
@@ -391,11 +397,14 @@ def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end,
     inter_b = _run(b, inter, inter_ops, (*top_b, dispatch_b or ""), backward=True)
     a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb, "mp", deps=inter_b)
     _run(b, bottom, bottom_ops, inter_b, backward=True, first_input_grad=False)
-    emb_b = b.compute("emb:b", "embedding_lookup", "embedding", (*inter_b, a2a_b or ""), lookup_bytes=lookup, kernel="lookup")
+    # the fused sparse update moves the rows the forward read (MAD Max's artifact costs both passes alike)
+    update = _sharded(Op("embedding_bags_update", "lookup", "none"), nbytes=lookup)
+    emb_b = b.compute("emb:b", "embedding", update, (*inter_b, a2a_b or ""))
     # replicated tables: all-reduce the looked-up rows' gradients (MAD Max artifact: lookup bytes)
     b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb, "ddp", deps=(emb_b,), blocking=False)
     for d in kinds_dense:
         if d.params:
             traffic = optimizer_traffic_bytes(d.params, wb, m.dense_optimizer)
-            b.compute(f"{d.name}:optimizer", "other", "optimizer", tuple(d.syncs), bytes=traffic, kernel="elementwise")
+            step = _sharded(Op(f"{d.name}_optimizer", "elementwise", "none"), nbytes=traffic)
+            b.compute(f"{d.name}:optimizer", "optimizer", step, tuple(d.syncs))
 

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from meshplan.costs.dlrm import CostedTask, cost_dlrm_program
+from meshplan import catalog
+from meshplan.costs.compute import Roofline
+from meshplan.costs.costed import comm_s, op_times
 from meshplan.parallel.dlrm import DLRMProgram, build_dlrm_program
 from meshplan.parallel.dlrm_memory import DLRMMemory
+from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.specs.dlrm_scenario import DLRMScenario
 from meshplan.timeline.engine import Pass, Placed, Segment, Task, place_pass
 from meshplan.timeline.trace import tasks_trace
@@ -30,8 +33,8 @@ from meshplan.units import difference, format_bytes, format_devices, format_seco
 
 COMPUTE_KINDS = ("embedding_lookup", "gemm", "other")
 COLLECTIVES = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter")
-#: the engine category (what a critical path waits on) of each strategy entry's collectives
-CATEGORY = {"mp": "mp", "ddp": "dp", "fsdp": "dp", "tp": "tp", "ep": "ep"}
+#: MAD Max Fig. 15's compute kinds (attention is batched matmuls: GEMM)
+COMPUTE_KIND = {"lookup": "embedding_lookup", "matmul": "gemm", "attention": "gemm", "elementwise": "other"}
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,24 @@ class DLRMEstimate:
         )
 
 
-def iteration_pass(costed: tuple[CostedTask, ...]) -> Pass:
-    """The iteration as one engine segment: tasks in issue order on their streams, each
-    collective charged to its strategy entry's category."""
-    tasks = tuple(
-        Task(c.task.name, c.stream, (("compute" if c.stream == "compute" else CATEGORY[c.task.axis], c.duration_s),),
-             c.task.deps, c.task.category)
-        for c in costed
-    )
-    return Pass("iteration", ((Segment("iteration", tasks), 1),))
+def iteration_pass(program: DLRMProgram) -> Pass:
+    """The iteration as one engine segment, tasks in issue order. Kernels are timed by the common
+    roofline (meshplan.costs.costed.op_times) and run on the compute stream; a collective
+    (meshplan.costs.collectives over the levels its group spans) runs on the stream of the
+    outermost network level it crosses, charged to its axis."""
+    device = program.cluster.device
+    roof = Roofline.of(device, catalog.efficiency(device.efficiency), program.precision)
+    element_bytes = BYTES_PER_ELEMENT[program.precision]
+    levels = program.cluster.levels
+    tasks = []
+    for t in program.tasks:
+        if t.comm is not None:
+            stream = levels[max(t.comm.span.levels)].name
+            tasks.append(Task(t.name, stream, ((t.comm.axis, comm_s(t.comm)),), t.deps, t.comm.kind))
+        else:
+            seconds = t.copies * getattr(op_times(t.op, roof, element_bytes), f"{t.phase}_s")
+            tasks.append(Task(t.name, "compute", (("compute", seconds),), t.deps, COMPUTE_KIND[t.op.op.kind]))
+    return Pass("iteration", ((Segment("iteration", tuple(tasks)), 1),))
 
 
 def hidden_behind(comm: Placed, compute: list[Placed]) -> dict[str, float]:
@@ -117,8 +129,8 @@ def hidden_behind(comm: Placed, compute: list[Placed]) -> dict[str, float]:
     return out
 
 
-def dlrm_estimate(program: DLRMProgram, costed: tuple[CostedTask, ...]) -> DLRMEstimate:
-    tasks = tuple(place_pass(iteration_pass(costed)))
+def dlrm_estimate(program: DLRMProgram) -> DLRMEstimate:
+    tasks = tuple(place_pass(iteration_pass(program)))
     compute = [t for t in tasks if t.task.stream == "compute"]
     comms = [t for t in tasks if t.task.stream != "compute"]
     iteration = max(t.end_s for t in tasks)
@@ -173,7 +185,7 @@ def estimate_dlrm(s: DLRMScenario) -> DLRMEstimate:
     for inference one forward pass of the batch)."""
     program = build_dlrm_program(lower_dlrm(s.model), s.cluster, s.num_devices, s.strategy, s.global_batch_size, s.precision,
                                  training=s.task != "inference")
-    return dlrm_estimate(program, cost_dlrm_program(program))
+    return dlrm_estimate(program)
 
 
 def dlrm_chrome_trace(e: DLRMEstimate) -> dict:
