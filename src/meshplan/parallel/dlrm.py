@@ -31,13 +31,13 @@ from meshplan.parallel.dlrm_memory import (
 from meshplan.parallel.program import Comm, ShardedOp
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.device import BYTES_PER_ELEMENT
+from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.strategy import Strategy
-from meshplan.workloads.dlrm import DLRMBlock, DLRMGraph, DLRMOp
-from meshplan.workloads.ops import Op
+from meshplan.workloads.dlrm import BOTTOM, INTERACTION, TOP
+from meshplan.workloads.ops import Block, Graph, Op
 
 #: the mesh axis (the scheduler's category) each strategy entry's collectives run on
 AXIS = {"mp": "mp", "ddp": "dp", "fsdp": "dp", "tp": "tp", "ep": "ep"}
-_KIND = {"gemm": "matmul", "attention": "attention", "elementwise": "elementwise", "lookup": "lookup"}
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,8 @@ class Layout:
 
 @dataclass(frozen=True)
 class DLRMProgram:
-    graph: DLRMGraph
+    model: DLRMModel
+    graph: Graph  # per sample (meshplan.workloads.dlrm)
     cluster: Cluster
     strategy: Strategy
     num_devices: int
@@ -137,9 +138,9 @@ def layout(kind: str, entries: tuple[str, ...], factors: tuple[int, ...], num_de
     return Layout(kind, entries, degrees, tuple(groups))
 
 
-def _sharded(op: DLRMOp | Op, flop: float = 0.0, nbytes: float = 0.0, shape: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> ShardedOp:
-    common = op if isinstance(op, Op) else Op(op.name, _KIND[op.kind], "none")
-    return ShardedOp(common, flop, nbytes, *shape)
+def _sharded(op: Op, nbytes: float = 0.0, flop: float = 0.0) -> ShardedOp:
+    """A memory-bound or attention-like op's share on a device."""
+    return ShardedOp(op, flop, nbytes, 0.0, 0.0, 0.0)
 
 
 class _Builder:
@@ -177,93 +178,107 @@ class _Dense:
     weight_bytes: float
     grad_bytes: float
     act_bytes: float
-    emb_bytes: float = 2.0  # bytes of a pooled-embedding element
     copies: float = 1.0  # expert towers per device
-    rows_scale: float = 1.0  # routed tokens per sample per expert (MoE)
+    towers: int = 1  # expert towers in the model (an op's rows and weights are over all of them)
     params: float = 0.0
     activations: float = 0.0
     gathered: float = 0.0
     syncs: list[str] = field(default_factory=list)
 
 
-def _gemm_shape(op: DLRMOp, d: _Dense, tp: int) -> tuple[float, float, float]:
-    m = d.batch * op.rows * d.rows_scale
-    if op.tp == "column":
-        return m, op.k, op.n / tp
-    if op.tp == "row":
-        return m, op.k / tp, op.n
-    return m, op.k, op.n
+def _rows(op: Op, d: _Dense) -> float:
+    """Rows of one of ``op``'s GEMMs on the device: its samples' rows for one tower."""
+    return d.batch * (op.m / d.towers)
 
 
-def _stream_bytes(op: DLRMOp, d: _Dense) -> float:
-    """HBM bytes a non-GEMM op moves in forward (backward moves twice as many)."""
-    return d.batch * (op.elements * d.act_bytes + op.pooled_elements * d.emb_bytes)
+def _gemm(op: Op, d: _Dense, tp: int) -> ShardedOp:
+    """A matmul's share: column-parallel splits n, row-parallel k (Shoeybi et al. 2019)."""
+    m, k, n = _rows(op, d), op.k, op.n
+    if op.shard_dim == "n":
+        n = n / tp
+    elif op.shard_dim == "k":
+        k = k / tp
+    return ShardedOp(op, 2.0 * m * k * n, 0.0, m, k, n)
 
 
-def _fsdp_gather(b: _Builder, op: DLRMOp, d: _Dense, name: str, issued: list[str]) -> str | None:
+def _split(op: Op, tp: int) -> int:
+    """How many ways tensor parallelism splits ``op`` (its weights, or its heads)."""
+    return tp if op.shard == "tp" else 1
+
+
+def _stream(op: Op, d: _Dense, tp: int) -> ShardedOp:
+    """A non-GEMM op's share: its flop and forward HBM bytes (backward moves twice as many)."""
+    split = _split(op, tp)
+    return _sharded(op, d.batch * op.bytes / split, d.batch * op.flop / split)
+
+
+def _tower_params(op: Op, d: _Dense) -> float:
+    return op.params / d.towers
+
+
+def _fsdp_gather(b: _Builder, op: Op, d: _Dense, name: str, issued: list[str]) -> str | None:
     """FSDP: all-gather this op's weight shard, prefetched two ops ahead of its use; the device
     holds at most two gathered weights at a time."""
     if not (op.params and d.layout.group("fsdp")):
         return None
-    shard = d.layout.degree("tp") if op.tp != "none" else 1
-    gathered = d.copies * op.params / shard * d.weight_bytes
+    shard = _split(op, d.layout.degree("tp"))
+    gathered = d.copies * _tower_params(op, d) / shard * d.weight_bytes
     d.gathered = max(d.gathered, 2.0 * gathered)
     return b.comm(name, "all_gather", d.name, gathered, d.layout, "fsdp", deps=(issued[-2] if len(issued) >= 2 else "",))
 
 
-def _layer_forward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict) -> tuple[str, ...]:
+def _layer_forward(b: _Builder, op: Op, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict) -> tuple[str, ...]:
     """Forward of one op of a dense kind: FSDP gather, the kernel, TP activation all-reduce."""
     lay, tp = d.layout, d.layout.degree("tp")
     gather = _fsdp_gather(b, op, d, f"{tag}:ag_w", prefetch.setdefault("fwd", []))
-    if op.kind == "gemm":
-        shape = _gemm_shape(op, d, tp)
-        work, copies = _sharded(op, shape=shape), int(d.copies)
-        d.activations += d.copies * shape[0] * shape[1] * d.act_bytes
+    if op.kind == "matmul":
+        work, copies = _gemm(op, d, tp), int(d.copies)
+        d.activations += d.copies * work.m * work.k * d.act_bytes
     else:
-        work, copies = _sharded(op, d.batch * op.flop / tp, _stream_bytes(op, d) / tp), 1
-        d.activations += _stream_bytes(op, d) / tp / 2.0
+        work, copies = _stream(op, d, tp), 1
+        d.activations += work.bytes / 2.0
     done = b.compute(f"{tag}", d.name, work, (*deps, gather), copies=copies)
     if gather:
         prefetch["fwd"].append(done)
-    if op.tp == "row" and tp > 1:
-        m = d.batch * op.rows * d.rows_scale
+    if op.shard_dim == "k" and tp > 1:
+        m = _rows(op, d)
         reduced = b.comm(f"{tag}:ar_act", "all_reduce", d.name, d.copies * m * op.n * d.act_bytes, lay, "tp", deps=(done,))
         return (done, reduced or "")
     return (done,)
 
 
-def _layer_backward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict,
+def _layer_backward(b: _Builder, op: Op, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict,
                     input_grad: bool = True) -> tuple[str, ...]:
     """Backward of one op: FSDP gather, input- and weight-gradient kernels, TP input-gradient
     all-reduce (blocking), gradient reduce-scatter / all-reduce (non-blocking)."""
     lay, tp = d.layout, d.layout.degree("tp")
-    shard = tp if op.tp != "none" else 1
+    shard = _split(op, tp)
     gather = _fsdp_gather(b, op, d, f"{tag}:ag_w_b", prefetch.setdefault("bwd", []))
-    if op.kind == "gemm":
+    if op.kind == "matmul":
         # input gradient and weight gradient GEMMs, or the weight gradient alone (first layer)
-        work, copies = _sharded(op, shape=_gemm_shape(op, d, tp)), int(d.copies)
+        work, copies = _gemm(op, d, tp), int(d.copies)
         phase = "backward" if input_grad else "weight"
     else:
-        work, copies, phase = _sharded(op, d.batch * op.flop / tp, _stream_bytes(op, d) / tp), 1, "backward"
+        work, copies, phase = _stream(op, d, tp), 1, "backward"
     done = b.compute(f"{tag}:b", d.name, work, (*deps, gather), phase=phase, copies=copies)
     if gather:
         prefetch["bwd"].append(done)
     out = [done]
-    if op.tp == "column" and tp > 1 and input_grad:
-        m = d.batch * op.rows * d.rows_scale
+    if op.shard_dim == "n" and tp > 1 and input_grad:
+        m = _rows(op, d)
         reduced = b.comm(f"{tag}:ar_grad_in", "all_reduce", d.name, d.copies * m * op.k * d.act_bytes, lay, "tp", deps=(done,))
         out.append(reduced or "")
     if op.params:
-        grads = d.copies * op.params / shard * d.grad_bytes
+        grads = d.copies * _tower_params(op, d) / shard * d.grad_bytes
         scattered = b.comm(f"{tag}:rs_grad", "reduce_scatter", d.name, grads, lay, "fsdp", deps=(done,), blocking=False)
         synced = b.comm(f"{tag}:ar_grad", "all_reduce", d.name, grads / lay.degree("fsdp"), lay, "ddp",
                         deps=(scattered or done,), blocking=False)
         d.syncs.extend(s for s in (scattered, synced) if s)
-        d.params += d.copies * op.params / shard / lay.degree("fsdp")
+        d.params += d.copies * _tower_params(op, d) / shard / lay.degree("fsdp")
     return tuple(out)
 
 
-def _unrolled(blocks: tuple[DLRMBlock, ...]) -> list[tuple[str, DLRMOp]]:
+def _unrolled(blocks: tuple[Block, ...]) -> list[tuple[str, Op]]:
     """(tag, op) in execution order: blocks kept as (block, count) in the graph, unrolled here so
     that each layer's collectives can overlap the next layer's compute (MAD Max Fig. 6)."""
     out, index = [], 0
@@ -275,7 +290,7 @@ def _unrolled(blocks: tuple[DLRMBlock, ...]) -> list[tuple[str, DLRMOp]]:
     return out
 
 
-def _run(b: _Builder, d: _Dense, ops: list[tuple[str, DLRMOp]], deps: tuple[str, ...], backward: bool,
+def _run(b: _Builder, d: _Dense, ops: list[tuple[str, Op]], deps: tuple[str, ...], backward: bool,
          first_input_grad: bool = True) -> tuple[str, ...]:
     prefetch: dict = {}
     seq = list(reversed(ops)) if backward else ops
@@ -289,14 +304,15 @@ def _run(b: _Builder, d: _Dense, ops: list[tuple[str, DLRMOp]], deps: tuple[str,
 
 
 def build_dlrm_program(
-    graph: DLRMGraph, cluster: Cluster, num_devices: int, strategy: Strategy, global_batch_size: int, precision: str,
-    training: bool = True,
+    m: DLRMModel, graph: Graph, cluster: Cluster, num_devices: int, strategy: Strategy, global_batch_size: int,
+    precision: str, training: bool = True,
 ) -> DLRMProgram:
-    """One device's tasks and memory for ``graph`` under ``strategy`` (MAD Max Sec. 4.3).
+    """One device's tasks and memory for ``graph`` (``m`` lowered by meshplan.workloads.dlrm)
+    under ``strategy`` (MAD Max Sec. 4.3).
 
     Inference (``training=False``) runs the forward tasks only (MAD Max Fig. 11b): no loss, no
     backward, no optimizer, and no gradients or optimizer states in memory."""
-    m, n, batch = graph.model, num_devices, global_batch_size
+    n, batch = num_devices, global_batch_size
     if batch % n:
         raise MeshplanError("global_batch_size", batch, f"must be a multiple of the device count {n} (each device owns an equal share of the samples)")
     factors = level_factors(cluster, n)
@@ -310,14 +326,15 @@ def build_dlrm_program(
     # embedding bags: each device looks its tables up for every sample of its mp group
     emb = layouts["embedding"]
     mp, emb_batch = emb.degree("mp"), batch / emb.degree("ddp")
-    lookup = emb_batch * graph.embedding.lookup_bytes / mp
+    embedding = graph.head.ops[0]
+    lookup = emb_batch * embedding.bytes / mp
     pooled = emb_batch * m.tables / mp * m.embedding_dim * m.bytes_per_emb_param
-    emb_f = b.compute("emb:f", "embedding", _sharded(graph.embedding, nbytes=lookup))
+    emb_f = b.compute("emb:f", "embedding", _sharded(embedding, lookup))
     a2a_f = b.comm("emb:a2a_f", "all_to_all", "embedding", pooled, emb, "mp", deps=(emb_f,))
 
     dense = layouts["dense"]
     bottom = _Dense("bottom", dense, batch / dense.replicas, wb, wb, act)
-    bottom_ops = _unrolled(graph.bottom)
+    bottom_ops = _unrolled(tuple(k for k in graph.blocks if k.name == BOTTOM))
     bottom_end = _run(b, bottom, bottom_ops, (), backward=False)
 
     # interaction: on the device's own samples (replicated weights), or transformer layers with
@@ -333,9 +350,8 @@ def build_dlrm_program(
         ready = (*ready, gather or "")
         shared = lay.group("tp")
     else:
-        inter = _Dense("interaction", layout("interaction", ("ddp",), factors, n, "(ddp)"), local, wb, wb, act,
-                       emb_bytes=m.bytes_per_emb_param)
-    inter_ops = _unrolled(graph.interaction)
+        inter = _Dense("interaction", layout("interaction", ("ddp",), factors, n, "(ddp)"), local, wb, wb, act)
+    inter_ops = _unrolled(tuple(k for k in graph.blocks if k.name in INTERACTION))
     inter_end = _run(b, inter, inter_ops, ready, backward=False)
 
     # top MLP (or expert towers)
@@ -346,8 +362,7 @@ def build_dlrm_program(
         if m.moe.num_experts % ep:
             raise MeshplanError("strategy.moe", "(" + ",".join(lay.entries) + ")",
                                 f"the ep degree {ep} must divide num_experts ({m.moe.num_experts})")
-        top = _Dense("moe", lay, batch / lay.replicas, wb, wb, act, copies=m.moe.num_experts / ep,
-                     rows_scale=m.moe.top_k / m.moe.num_experts)
+        top = _Dense("moe", lay, batch / lay.replicas, wb, wb, act, copies=m.moe.num_experts / ep, towers=m.moe.num_experts)
         dispatch_bytes = local * m.moe.top_k * m.interaction_out * act
         combine_bytes = local * m.moe.top_k * top_out * act
     else:
@@ -357,7 +372,7 @@ def build_dlrm_program(
     if top.layout.group("tp") and top.layout.group("tp") != shared:
         gather_top = b.comm("top:ag_in", "all_gather", top.name, top.batch * m.interaction_out * act, top.layout, "tp", deps=inter_end)
     dispatch = b.comm("moe:a2a_dispatch", "all_to_all", "moe", dispatch_bytes, top.layout, "ep", deps=inter_end)
-    top_ops = _unrolled(graph.top)
+    top_ops = _unrolled(tuple(k for k in graph.blocks if k.name == TOP))
     top_end = _run(b, top, top_ops, (*inter_end, gather_top or "", dispatch or ""), backward=False)
     combine = b.comm("moe:a2a_combine", "all_to_all", "moe", combine_bytes, top.layout, "ep", deps=top_end)
     kinds_dense = (bottom, inter, top)
@@ -380,7 +395,7 @@ def build_dlrm_program(
         activations_bytes=sum(d.activations for d in kinds_dense) + buffers + indices,
         capacity_bytes=cluster.device.hbm_bytes,
     )
-    return DLRMProgram(graph, cluster, strategy, n, batch, precision, layouts, tuple(b.tasks), memory)
+    return DLRMProgram(m, graph, cluster, strategy, n, batch, precision, layouts, tuple(b.tasks), memory)
 
 
 def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end, combine, combine_bytes,
@@ -388,7 +403,7 @@ def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end,
     """Loss, then backward reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all,
     bottom, lookups; gradient reductions; the dense optimizer steps."""
     bottom, inter, top = kinds_dense
-    loss = b.compute("loss", "loss", _sharded(graph.loss, nbytes=local * graph.loss.elements * act), (*top_end, combine or ""))
+    loss = b.compute("loss", "loss", _sharded(graph.tail.ops[0], local * graph.tail.ops[0].bytes), (*top_end, combine or ""))
 
     # backward, reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all, bottom, lookups
     combine_b = b.comm("moe:a2a_combine_b", "all_to_all", "moe", combine_bytes, top.layout, "ep", deps=(loss,))
@@ -398,13 +413,13 @@ def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end,
     a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb, "mp", deps=inter_b)
     _run(b, bottom, bottom_ops, inter_b, backward=True, first_input_grad=False)
     # the fused sparse update moves the rows the forward read (MAD Max's artifact costs both passes alike)
-    update = _sharded(Op("embedding_bags_update", "lookup", "none"), nbytes=lookup)
+    update = _sharded(Op("embedding_bags_update", "lookup", "none"), lookup)
     emb_b = b.compute("emb:b", "embedding", update, (*inter_b, a2a_b or ""))
     # replicated tables: all-reduce the looked-up rows' gradients (MAD Max artifact: lookup bytes)
     b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb, "ddp", deps=(emb_b,), blocking=False)
     for d in kinds_dense:
         if d.params:
             traffic = optimizer_traffic_bytes(d.params, wb, m.dense_optimizer)
-            step = _sharded(Op(f"{d.name}_optimizer", "elementwise", "none"), nbytes=traffic)
+            step = _sharded(Op(f"{d.name}_optimizer", "elementwise", "none"), traffic)
             b.compute(f"{d.name}:optimizer", "optimizer", step, tuple(d.syncs))
 

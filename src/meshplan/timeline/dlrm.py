@@ -155,7 +155,7 @@ def dlrm_estimate(program: DLRMProgram) -> DLRMEstimate:
         f"does not fit: {format_bytes(memory.total_bytes, 'GiB')} per device of {format_bytes(memory.capacity_bytes, 'GiB')}",
     )
     return DLRMEstimate(
-        model_id=graph.model.id,
+        model_id=program.model.id,
         cluster_id=program.cluster.id,
         num_devices=program.num_devices,
         strategy=program.strategy.label,
@@ -183,7 +183,8 @@ def dlrm_estimate(program: DLRMProgram) -> DLRMEstimate:
 def estimate_dlrm(s: DLRMScenario) -> DLRMEstimate:
     """Lower, apply the strategy, cost and schedule one iteration of ``s`` (a training step, or
     for inference one forward pass of the batch)."""
-    program = build_dlrm_program(lower_dlrm(s.model), s.cluster, s.num_devices, s.strategy, s.global_batch_size, s.precision,
+    graph = lower_dlrm(s.model, BYTES_PER_ELEMENT[s.precision])
+    program = build_dlrm_program(s.model, graph, s.cluster, s.num_devices, s.strategy, s.global_batch_size, s.precision,
                                  training=s.task != "inference")
     return dlrm_estimate(program)
 
