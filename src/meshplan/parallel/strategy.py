@@ -1,8 +1,12 @@
-"""Apply a per-layer-kind hierarchical strategy to a lowered DLRM (MAD Max Sec. 2.2, 4.3).
+"""Apply a per-layer-kind hierarchical strategy to a graph (MAD Max Sec. 2.2, 4.3).
 
-The result is one device's work as ordered tasks (MAD Max Fig. 5-6: forward embedding, bottom MLP,
-interaction, top MLP; backward reversed), each a compute kernel or a collective with the tasks
-it waits for, plus the memory it needs. Every device plays the same role (tables and samples are
+A Plan (tp, pp, dp, ...) is applied by meshplan.parallel.program; a per-layer-kind strategy
+(``embedding=(mp) dense=(tp,ddp)``: what a DLRM takes) is applied here, to the common Graph a
+DLRM lowers to (meshplan.workloads.dlrm). The result is one device's work as ordered tasks (MAD
+Max Fig. 5-6: forward embedding, bottom MLP, interaction, top MLP; backward reversed), each an
+op's share on the device (a common ShardedOp and the pass it runs) or a collective (a common
+Comm over the group it spans), with the tasks it waits for, plus the memory it needs
+(meshplan.parallel.memory.DLRMMemory). Every device plays the same role (tables and samples are
 spread evenly, MAD Max Sec. 4.2), so one device stands for all.
 
 Each strategy entry takes one network level, innermost first; its group is the devices of that
@@ -25,15 +29,16 @@ from dataclasses import dataclass, field
 
 from meshplan.costs.collectives import GroupSpan, group_span
 from meshplan.errors import MeshplanError
-from meshplan.parallel.dlrm_memory import (
+from meshplan.parallel.memory import (
     INDEX_BYTES, DLRMMemory, dense_state_bytes, embedding_state_bytes, optimizer_traffic_bytes,
 )
 from meshplan.parallel.program import Comm, ShardedOp
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.dlrm_scenario import DLRMScenario
 from meshplan.specs.strategy import Strategy
-from meshplan.workloads.dlrm import BOTTOM, INTERACTION, TOP
+from meshplan.workloads.dlrm import BOTTOM, INTERACTION, TOP, lower_dlrm
 from meshplan.workloads.ops import Block, Graph, Op
 
 #: the mesh axis (the scheduler's category) each strategy entry's collectives run on
@@ -89,7 +94,9 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class DLRMProgram:
+class StrategyProgram:
+    """One device's iteration under a per-layer-kind strategy."""
+
     model: DLRMModel
     graph: Graph  # per sample (meshplan.workloads.dlrm)
     cluster: Cluster
@@ -98,7 +105,7 @@ class DLRMProgram:
     global_batch_size: int
     precision: str
     layouts: dict[str, Layout]
-    tasks: tuple[Task, ...]
+    tasks: tuple[Task, ...]  # in issue order
     memory: DLRMMemory
 
 
@@ -303,16 +310,14 @@ def _run(b: _Builder, d: _Dense, ops: list[tuple[str, Op]], deps: tuple[str, ...
     return deps
 
 
-def build_dlrm_program(
-    m: DLRMModel, graph: Graph, cluster: Cluster, num_devices: int, strategy: Strategy, global_batch_size: int,
-    precision: str, training: bool = True,
-) -> DLRMProgram:
-    """One device's tasks and memory for ``graph`` (``m`` lowered by meshplan.workloads.dlrm)
-    under ``strategy`` (MAD Max Sec. 4.3).
+def build_strategy_program(s: DLRMScenario) -> StrategyProgram:
+    """Lower ``s.model`` and apply ``s.strategy``: one device's tasks and memory (MAD Max Sec. 4.3).
 
-    Inference (``training=False``) runs the forward tasks only (MAD Max Fig. 11b): no loss, no
-    backward, no optimizer, and no gradients or optimizer states in memory."""
-    n, batch = num_devices, global_batch_size
+    Inference runs the forward tasks only (MAD Max Fig. 11b): no loss, no backward, no optimizer,
+    and no gradients or optimizer states in memory."""
+    m, cluster, n, batch, precision = s.model, s.cluster, s.num_devices, s.global_batch_size, s.precision
+    strategy, training = s.strategy, s.task != "inference"
+    graph = lower_dlrm(m, BYTES_PER_ELEMENT[precision])
     if batch % n:
         raise MeshplanError("global_batch_size", batch, f"must be a multiple of the device count {n} (each device owns an equal share of the samples)")
     factors = level_factors(cluster, n)
@@ -395,7 +400,7 @@ def build_dlrm_program(
         activations_bytes=sum(d.activations for d in kinds_dense) + buffers + indices,
         capacity_bytes=cluster.device.hbm_bytes,
     )
-    return DLRMProgram(m, graph, cluster, strategy, n, batch, precision, layouts, tuple(b.tasks), memory)
+    return StrategyProgram(m, graph, cluster, strategy, n, batch, precision, layouts, tuple(b.tasks), memory)
 
 
 def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end, combine, combine_bytes,

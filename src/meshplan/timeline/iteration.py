@@ -1,6 +1,7 @@
-"""A DLRM iteration on per-device compute and communication streams (MAD Max Sec. 4.3, Fig. 6).
+"""One iteration of a strategy program (a DLRM) on a device's compute and communication streams
+(MAD Max Sec. 4.3, Fig. 6).
 
-The iteration's tasks go through the one scheduler (meshplan.timeline.engine) as one segment in
+The iteration's tasks (meshplan.parallel.strategy) go through the one scheduler (meshplan.timeline.engine) as one segment in
 issue order: each starts when its stream is free and every task it depends on has finished
 ("GPU kernels are launched whenever data dependencies are resolved"). There is one compute
 stream and one communication stream per network level a collective crosses (collectives on
@@ -17,89 +18,21 @@ communication; ``exposed_comm_per_iteration`` gives exposed / iteration as well.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 from meshplan import catalog
 from meshplan.costs.compute import Roofline
 from meshplan.costs.costed import comm_s, op_times
-from meshplan.parallel.dlrm import DLRMProgram, build_dlrm_program
-from meshplan.parallel.dlrm_memory import DLRMMemory
+from meshplan.parallel.strategy import StrategyProgram
 from meshplan.specs.device import BYTES_PER_ELEMENT
-from meshplan.specs.dlrm_scenario import DLRMScenario
 from meshplan.timeline.engine import Pass, Placed, Segment, Task, place_pass
+from meshplan.timeline.estimate import COLLECTIVES, COMPUTE_KINDS, CollectiveBreakdown, DLRMEstimate
 from meshplan.timeline.trace import tasks_trace
-from meshplan.workloads.dlrm import lower_dlrm
-from meshplan.units import difference, format_bytes, format_devices, format_seconds
+from meshplan.units import difference, format_bytes
 
-COMPUTE_KINDS = ("embedding_lookup", "gemm", "other")
-COLLECTIVES = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter")
 #: MAD Max Fig. 15's compute kinds (attention is batched matmuls: GEMM)
 COMPUTE_KIND = {"lookup": "embedding_lookup", "matmul": "gemm", "attention": "gemm", "elementwise": "other"}
 
 
-@dataclass(frozen=True)
-class CollectiveBreakdown:
-    """One collective type over the iteration (MAD Max Fig. 15 b)."""
-
-    total_s: float
-    hidden_s: float  # time it runs while compute runs
-    exposed_s: float  # total - hidden
-    hidden_behind_s: dict[str, float]  # hidden time by the compute kind beside it
-
-
-@dataclass(frozen=True)
-class DLRMEstimate:
-    model_id: str
-    cluster_id: str
-    num_devices: int
-    strategy: str
-    global_batch_size: int
-    precision: str
-    iteration_s: float  # overlapped, as scheduled
-    serialized_s: float  # nothing overlapped: every task (compute and collective) one after another
-    compute_s: float
-    comm_s: float
-    exposed_comm_s: float  # iteration with communication and no compute
-    comm_exposed_fraction: float  # exposed / all communication (MAD Max Table 1)
-    exposed_comm_per_iteration: float  # exposed / iteration
-    samples_per_s: float  # QPS
-    model_flop_per_step: float  # 3 x forward flop x samples (forward, input and weight gradients)
-    tflops_per_device: float
-    serialized_by_kind_s: dict[str, float]  # MAD Max Fig. 15 a: lookups, GEMM, other, each collective
-    comm_by_collective: dict[str, CollectiveBreakdown]  # MAD Max Fig. 15 b
-    memory: DLRMMemory
-    fits: bool
-    tasks: tuple[Placed, ...] = field(repr=False, default=())  # as scheduled; task.kind is the compute kind or collective
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def step_time_s(self) -> float:
-        return self.iteration_s
-
-    @property
-    def mqps(self) -> float:
-        """Throughput in million samples (queries) per second."""
-        return self.samples_per_s / 1e6
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out.pop("tasks")
-        out["step_time_s"] = self.iteration_s
-        out["memory"] = self.memory.as_dict()
-        out["memory"]["fits"] = self.fits
-        return out
-
-    def __repr__(self) -> str:
-        status = "fits" if self.fits else "DOES NOT FIT"
-        return (
-            f"DLRMEstimate({self.model_id} on {format_devices(self.num_devices, self.cluster_id)}, {self.strategy}: "
-            f"iteration {format_seconds(self.iteration_s)}, {self.mqps:.3g} MQPS, serialized "
-            f"{format_seconds(self.serialized_s)}, comm exposed {self.comm_exposed_fraction:.1%}, memory "
-            f"{format_bytes(self.memory.total_bytes)} of {format_bytes(self.memory.capacity_bytes)} ({status}))"
-        )
-
-
-def iteration_pass(program: DLRMProgram) -> Pass:
+def iteration_pass(program: StrategyProgram) -> Pass:
     """The iteration as one engine segment, tasks in issue order. Kernels are timed by the common
     roofline (meshplan.costs.costed.op_times) and run on the compute stream; a collective
     (meshplan.costs.collectives over the levels its group spans) runs on the stream of the
@@ -129,7 +62,9 @@ def hidden_behind(comm: Placed, compute: list[Placed]) -> dict[str, float]:
     return out
 
 
-def dlrm_estimate(program: DLRMProgram) -> DLRMEstimate:
+def iteration_estimate(program: StrategyProgram) -> DLRMEstimate:
+    """Schedule ``program`` (a training iteration, or for inference one forward pass of the
+    batch) and read MAD Max's metrics off the placed tasks."""
     tasks = tuple(place_pass(iteration_pass(program)))
     compute = [t for t in tasks if t.task.stream == "compute"]
     comms = [t for t in tasks if t.task.stream != "compute"]
@@ -180,15 +115,6 @@ def dlrm_estimate(program: DLRMProgram) -> DLRMEstimate:
     )
 
 
-def estimate_dlrm(s: DLRMScenario) -> DLRMEstimate:
-    """Lower, apply the strategy, cost and schedule one iteration of ``s`` (a training step, or
-    for inference one forward pass of the batch)."""
-    graph = lower_dlrm(s.model, BYTES_PER_ELEMENT[s.precision])
-    program = build_dlrm_program(s.model, graph, s.cluster, s.num_devices, s.strategy, s.global_batch_size, s.precision,
-                                 training=s.task != "inference")
-    return dlrm_estimate(program)
-
-
-def dlrm_chrome_trace(e: DLRMEstimate) -> dict:
+def iteration_trace(e: DLRMEstimate) -> dict:
     """The iteration's scheduled tasks as a Chrome/Perfetto trace (meshplan.timeline.trace)."""
     return tasks_trace(f"{e.model_id} {e.strategy}", e.tasks, e.iteration_s)
