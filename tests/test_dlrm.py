@@ -368,3 +368,47 @@ def test_dlrm_inference_runs_forward_only():
     assert serve.memory.dense_gradients_bytes == 0 and serve.memory.dense_optimizer_bytes == 0
     assert serve.memory.embedding_optimizer_bytes == 0
     assert serve.memory.embedding_weights_bytes == train.memory.embedding_weights_bytes
+
+
+# --- one IR, one scheduler, one trace (issue 8) ---------------------------------------------------
+
+
+def test_dlrm_lowers_to_the_common_graph():
+    """Embedding bags are the head's lookup op, the loss the tail, MLP layers matmul blocks kept
+    as (block, count); MoE towers are expert ops holding every tower's weights."""
+    from meshplan.workloads.ops import Graph
+
+    m = catalog.model("dlrm-a")
+    g = lower_dlrm(m)
+    assert isinstance(g, Graph)
+    assert [op.kind for op in g.head.ops] == ["lookup"] and g.head.ops[0].params == m.embedding_params
+    assert [(b.name, b.count, [op.shard_dim for op in b.ops]) for b in g.blocks if b.name != "interaction"] == [
+        ("bottom", 5, ["n", "k"]), ("top", 5, ["n", "k"])]
+    assert g.params == pytest.approx(m.num_params)
+    moe = catalog.model("dlrm-a-moe")
+    towers = [op for b in lower_dlrm(moe).blocks if b.name == "top" for op in b.ops]
+    assert all(op.expert and op.m == moe.moe.top_k for op in towers)
+    assert lower_dlrm(moe).params == pytest.approx(moe.num_params)
+
+
+def test_iteration_is_scheduled_by_the_engine_and_traced_from_it():
+    """The engine's pass time is the iteration; the trace draws every scheduled task on its
+    stream (compute, and the network level each collective crosses)."""
+    from meshplan.api import scenario, trace
+    from meshplan.parallel.strategy import build_strategy_program
+    from meshplan.timeline.engine import schedule_pass
+    from meshplan.timeline.iteration import iteration_pass
+
+    s = scenario("dlrm-a", ZIONEX, None, 128, None, strategy="embedding=(mp) dense=(tp,ddp)", global_batch_size=65536)
+    program = build_strategy_program(s)
+    timed = schedule_pass(iteration_pass(program))
+    e = meshplan.estimate("dlrm-a", ZIONEX, num_devices=128, strategy="embedding=(mp) dense=(tp,ddp)", global_batch_size=65536)
+    assert timed.time_s == pytest.approx(e.iteration_s, rel=1e-12)
+    assert timed.compute_s == pytest.approx(e.compute_s, rel=1e-9)
+    assert sum(timed.waited_s.values()) == pytest.approx(e.iteration_s, rel=1e-9)
+    events = trace(s)["traceEvents"]
+    spans = [ev for ev in events if ev["ph"] == "X"]
+    assert len(spans) == len(e.tasks)
+    assert max(ev["ts"] + ev["dur"] for ev in spans) / 1e6 == pytest.approx(e.iteration_s)
+    threads = {ev["args"]["name"] for ev in events if ev["name"] == "thread_name"}
+    assert threads == {"compute", "nvlink3", "roce"}  # TP inside the node, all-to-all and DDP across

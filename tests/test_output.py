@@ -11,8 +11,7 @@ from hypothesis import given
 
 import meshplan
 from cli_runner import run_cli
-from meshplan.report import estimate_groups
-from meshplan.report_dlrm import dlrm_groups
+from meshplan.report import dlrm_groups, estimate_groups
 from meshplan.units import difference, format_bytes, format_devices, format_seconds
 from test_properties import PROPERTY, estimate, scenarios
 

@@ -8,9 +8,8 @@ from pathlib import Path
 from meshplan import catalog
 from meshplan.costs.costed import cost_program
 from meshplan.errors import MeshplanError
-from meshplan.explore.search import ROW_TYPES, SearchResult
+from meshplan.explore.search import ROW_TYPES, SearchResult, search_strategies
 from meshplan.explore.search import search as run_search
-from meshplan.explore.dlrm_search import search_dlrm
 from meshplan.explore.executors import EXECUTORS, make_executor
 from meshplan.explore.pareto import device_counts, devices_front, memory_front
 from meshplan.explore.serving import search_serving
@@ -19,15 +18,16 @@ from meshplan.explore.store import PlanStore
 from meshplan.io.hf_config import model_from_hf_config
 from meshplan.parallel.hierarchy import plan_for_strategy
 from meshplan.parallel.program import build_program
+from meshplan.parallel.strategy import build_strategy_program
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
 from meshplan.specs.base import build
 from meshplan.specs.scenario import device_count
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.strategy import Strategy
 from meshplan.specs.dlrm_scenario import DLRMScenario, make_dlrm_scenario
-from meshplan.timeline.dlrm import DLRMEstimate, dlrm_chrome_trace, estimate_dlrm
-from meshplan.timeline.estimate import Estimate
+from meshplan.timeline.estimate import DLRMEstimate, Estimate
 from meshplan.timeline.inference import InferenceEstimate, inference_estimate, serving_plans
+from meshplan.timeline.iteration import iteration_estimate, iteration_trace
 from meshplan.timeline.step import step_estimate
 from meshplan.timeline.trace import chrome_trace, serving_trace
 from meshplan.units import format_bytes
@@ -125,7 +125,7 @@ def estimate(
 
 def estimate_scenario(s: Scenario | DLRMScenario) -> Estimate | InferenceEstimate | DLRMEstimate:
     if isinstance(s, DLRMScenario):
-        return estimate_dlrm(s)
+        return iteration_estimate(build_strategy_program(s))
     if s.task.kind == "inference":
         return inference_estimate(s)
     return step_estimate(cost_program(build_program(s)))
@@ -139,7 +139,7 @@ def trace(s: Scenario) -> dict:
     """The Chrome/Perfetto trace of one step of ``s``, or of a serving request's prefill and first
     decode steps (open it in ui.perfetto.dev)."""
     if isinstance(s, DLRMScenario):
-        return dlrm_chrome_trace(estimate_dlrm(s))
+        return iteration_trace(iteration_estimate(build_strategy_program(s)))
     if s.task.kind == "inference":
         if s.plan.virtual_pipeline_stages > 1:
             raise MeshplanError("--trace", f"{s.plan.virtual_pipeline_stages} virtual stages",
@@ -249,7 +249,7 @@ def search(
     job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
     resolved_model, resolved_cluster, _, base, resolved_space, resolved_task = job
     if isinstance(resolved_model, DLRMModel):  # per-layer-kind strategies (MAD Max Sec. 2.2)
-        result = search_dlrm(resolved_model, resolved_cluster, num_devices, base, top, resolved_task)
+        result = search_strategies(resolved_model, resolved_cluster, num_devices, base, top, resolved_task)
         if not result.top:
             raise _nothing_fits(result, num_devices, resolved_cluster.device.hbm_bytes)
         return result

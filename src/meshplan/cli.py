@@ -110,7 +110,7 @@ def estimate(
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
     scenario = api.scenario(model_ref, cluster_ref, plan, devices if devices is not None else cfg.get("devices"), task)
     result = api.estimate_scenario(scenario)
-    from meshplan.timeline.dlrm import DLRMEstimate
+    from meshplan.timeline.estimate import DLRMEstimate
     from meshplan.units import format_bytes
 
     if trace:
@@ -121,8 +121,7 @@ def estimate(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2))
     else:
-        from meshplan.report import estimate_table, inference_table
-        from meshplan.report_dlrm import dlrm_table
+        from meshplan.report import dlrm_table, estimate_table, inference_table
 
         if isinstance(result, DLRMEstimate):
             _console().print(dlrm_table(result))

@@ -38,14 +38,17 @@ class Roofline:
     bytes_per_s: float  # achieved HBM bandwidth
     buffer_bytes: float
     efficiency: Efficiency
+    lookup_bytes_per_s: float  # achieved HBM bandwidth of embedding lookups
 
     @classmethod
     def of(cls, device: Device, efficiency: Efficiency, precision: str) -> "Roofline":
+        lookup = efficiency.memory if efficiency.lookup is None else efficiency.lookup
         return cls(
             peak_flop_per_s=device.peak(precision),
             bytes_per_s=device.hbm_bytes_per_s * efficiency.memory,
             buffer_bytes=device.sram_bytes,
             efficiency=efficiency,
+            lookup_bytes_per_s=device.hbm_bytes_per_s * lookup,
         )
 
     def matmul_s(self, m, k, n, element_bytes):
@@ -64,5 +67,10 @@ class Roofline:
         return np.maximum(compute, traffic_bytes / self.bytes_per_s) + self.efficiency.kernel_overhead_s
 
     def memory_s(self, traffic_bytes):
-        """A streaming (elementwise, lookup, optimizer) kernel."""
+        """A streaming (elementwise, optimizer) kernel."""
         return traffic_bytes / self.bytes_per_s + self.efficiency.kernel_overhead_s
+
+    def lookup_s(self, traffic_bytes):
+        """An embedding lookup: lookup bytes / (HBM bandwidth x lookup utilization) (MAD Max
+        Sec. 4.2, "Embedding Bags"), plus the launch overhead."""
+        return traffic_bytes / self.lookup_bytes_per_s + self.efficiency.kernel_overhead_s

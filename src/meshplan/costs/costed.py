@@ -70,6 +70,8 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float) -> OpTimes:
         fwd = roof.attention_s(op.flop, op.bytes)
         bwd = roof.attention_s(2.0 * op.flop, 2.0 * op.bytes)
         return OpTimes(float(fwd), float(bwd))
+    if kind == "lookup":  # rows gathered: the lookup bandwidth; backward moves twice the bytes
+        return OpTimes(float(roof.lookup_s(op.bytes)), float(roof.lookup_s(2.0 * op.bytes)))
     fwd = roof.memory_s(op.bytes)
     return OpTimes(float(fwd), float(roof.memory_s(2.0 * op.bytes)))
 

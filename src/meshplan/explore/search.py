@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -19,11 +20,16 @@ import numpy as np
 from meshplan.costs.costed import cost_program
 from meshplan.errors import MeshplanError
 from meshplan.explore.bound import lower_bounds
-from meshplan.explore.space import SearchSpace, expand
+from meshplan.explore.space import SearchSpace, expand, strategy_space
 from meshplan.explore.store import PlanStore
 from meshplan.parallel.program import build_program
+from meshplan.parallel.strategy import build_strategy_program
 from meshplan.specs import Cluster, Plan, Task, TransformerModel
-from meshplan.timeline.estimate import Estimate
+from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.dlrm_scenario import make_dlrm_scenario
+from meshplan.specs.strategy import Strategy
+from meshplan.timeline.estimate import DLRMEstimate, Estimate
+from meshplan.timeline.iteration import iteration_estimate
 from meshplan.timeline.step import step_estimate
 
 #: plan knobs reported per row, in this order
@@ -122,6 +128,30 @@ def ranked(rows: list[dict], space_size: int, rejected: dict, started: float, to
         evaluated_rows=feasible,
         leanest_infeasible_bytes=min((r["memory_bytes"] for r in infeasible), default=None),
     )
+
+
+def strategy_row(e: DLRMEstimate, strategy: Strategy) -> dict:
+    return {
+        "strategy": strategy.label, "num_devices": e.num_devices, "global_batch_size": e.global_batch_size,
+        "step_time_s": e.iteration_s, "serialized_s": e.serialized_s, "samples_per_s": e.samples_per_s,
+        "comm_exposed_fraction": e.comm_exposed_fraction, "memory_bytes": e.memory.total_bytes, "fits": e.fits,
+    }
+
+
+def search_strategies(model: DLRMModel, cluster: Cluster, num_devices: int, plan: dict, top_k: int, task) -> SearchResult:
+    """Every per-layer-kind strategy of the space (meshplan.explore.space.strategy_space),
+    evaluated exactly and ranked by iteration time (MAD Max Sec. 2.2, Fig. 9)."""
+    start = time.perf_counter()
+    rejected: Counter = Counter()
+    rows = []
+    space = strategy_space(model)
+    for strategy in space:
+        try:
+            scenario = make_dlrm_scenario(model, cluster, {**plan, "strategy": strategy}, num_devices, task)
+            rows.append(strategy_row(iteration_estimate(build_strategy_program(scenario)), strategy))
+        except MeshplanError as err:
+            rejected[err.field] += 1
+    return ranked(rows, len(space), rejected, start, top_k)
 
 
 def evaluate(scenarios: list) -> list[dict]:

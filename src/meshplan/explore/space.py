@@ -17,7 +17,9 @@ from pydantic import Field
 from meshplan.errors import MeshplanError
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
 from meshplan.specs.base import Count, Spec
+from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.plan import Recompute, Schedule
+from meshplan.specs.strategy import Strategy
 
 
 T = TypeVar("T")
@@ -105,3 +107,25 @@ def expand(
         except MeshplanError as err:
             rejected[err.field] += 1
     return Candidates(scenarios, space.size, rejected)
+
+
+#: per-layer-kind strategies tried for compute layers (MAD Max Sec. 2.2): one entry spanning
+#: every device, or (inside the node, across nodes); and for embedding tables
+COMPUTE_STRATEGIES = (("ddp",), ("fsdp",), ("tp",), *itertools.permutations(("ddp", "fsdp", "tp"), 2))
+EMBEDDING_STRATEGIES = (("mp",), ("ddp",))
+
+
+def strategy_space(model: DLRMModel) -> list[Strategy]:
+    """Every per-layer-kind strategy for the dense, embedding (and transformer) layers of a DLRM.
+    The space is small (a few hundred strategies at most), so there is nothing to prune."""
+    kinds = [COMPUTE_STRATEGIES, EMBEDDING_STRATEGIES]
+    transformer = model.interaction == "transformer"
+    if transformer:
+        kinds.append(COMPUTE_STRATEGIES)
+    out = []
+    for combo in itertools.product(*kinds):
+        fields = {"dense": combo[0], "embedding": combo[1]}
+        if transformer:
+            fields["transformer"] = combo[2]
+        out.append(Strategy(**fields))
+    return out

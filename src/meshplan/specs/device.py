@@ -50,6 +50,9 @@ class Efficiency(Spec):
     matmul: EfficiencyCurve
     attention: EfficiencyCurve
     memory: Fraction  # achieved fraction of HBM bandwidth for streaming kernels
+    # achieved fraction of HBM bandwidth for embedding lookups (rows gathered from large tables;
+    # MAD Max Sec. 4.2, "Embedding Bags"); None: as streaming kernels
+    lookup: Fraction | None = None
     kernel_overhead_s: Seconds  # launch and tail cost added to every kernel
     # compute slows by this fraction while a collective runs beside it (the collective's kernels
     # take SMs and HBM bandwidth: Rashidi et al. 2021, "Enabling Compute-Communication Overlap in

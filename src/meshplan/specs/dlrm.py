@@ -14,7 +14,7 @@ Variants (MAD Max Sec. 2.1, 5): DLRM-Transformer replaces the interaction with t
 layers over the sparse features (``interaction: transformer``); DLRM-MoE makes the top MLP
 ``moe.num_experts`` parallel towers of which ``moe.top_k`` run per sample.
 
-A model knows nothing about parallelism; meshplan.parallel.dlrm applies the strategy.
+A model knows nothing about parallelism; meshplan.parallel.strategy applies the strategy.
 """
 
 from __future__ import annotations

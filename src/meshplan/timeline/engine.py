@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: what the critical path is made of: compute, or waiting on a network axis
-CATEGORIES = ("compute", "tp", "cp", "ep", "dp", "pp")
+#: what the critical path is made of: compute, or waiting on a network axis ("mp": a DLRM's
+#: model-parallel embedding tables, MAD Max Sec. 2.2)
+CATEGORIES = ("compute", "tp", "cp", "ep", "dp", "pp", "mp")
 _INDEX = {name: i for i, name in enumerate(CATEGORIES)}
 _ZERO = (0.0,) * len(CATEGORIES)
 

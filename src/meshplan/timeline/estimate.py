@@ -1,11 +1,17 @@
-"""The result of one estimate: a frozen value with the full breakdown."""
+"""The result of one estimate: a frozen value with the full breakdown (a training step, or a
+DLRM iteration under a per-layer-kind strategy)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from meshplan.parallel.memory import MemoryBreakdown
+from meshplan.parallel.memory import DLRMMemory, MemoryBreakdown
+from meshplan.timeline.engine import Placed
 from meshplan.units import format_bytes, format_devices, format_seconds
+
+#: MAD Max Fig. 15's compute kinds and collectives of a DLRM iteration
+COMPUTE_KINDS = ("embedding_lookup", "gemm", "other")
+COLLECTIVES = ("all_to_all", "all_reduce", "all_gather", "reduce_scatter")
 
 
 @dataclass(frozen=True)
@@ -87,4 +93,68 @@ class Estimate:
             f"MFU {self.mfu:.1%}, compute {format_seconds(b.compute_s)}, exposed comm [{comm}], "
             f"bubble {format_seconds(b.bubble_s)}, memory {format_bytes(self.memory.total_bytes)} "
             f"of {format_bytes(self.memory.capacity_bytes)} ({status}))"
+        )
+
+
+@dataclass(frozen=True)
+class CollectiveBreakdown:
+    """One collective type over the iteration (MAD Max Fig. 15 b)."""
+
+    total_s: float
+    hidden_s: float  # time it runs while compute runs
+    exposed_s: float  # total - hidden
+    hidden_behind_s: dict[str, float]  # hidden time by the compute kind beside it
+
+
+@dataclass(frozen=True)
+class DLRMEstimate:
+    """One iteration of a DLRM under a per-layer-kind strategy (meshplan.timeline.iteration)."""
+
+    model_id: str
+    cluster_id: str
+    num_devices: int
+    strategy: str
+    global_batch_size: int
+    precision: str
+    iteration_s: float  # overlapped, as scheduled
+    serialized_s: float  # nothing overlapped: every task (compute and collective) one after another
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float  # iteration with communication and no compute
+    comm_exposed_fraction: float  # exposed / all communication (MAD Max Table 1)
+    exposed_comm_per_iteration: float  # exposed / iteration
+    samples_per_s: float  # QPS
+    model_flop_per_step: float  # 3 x forward flop x samples (forward, input and weight gradients)
+    tflops_per_device: float
+    serialized_by_kind_s: dict[str, float]  # MAD Max Fig. 15 a: lookups, GEMM, other, each collective
+    comm_by_collective: dict[str, CollectiveBreakdown]  # MAD Max Fig. 15 b
+    memory: DLRMMemory
+    fits: bool
+    tasks: tuple[Placed, ...] = field(repr=False, default=())  # as scheduled; task.kind is the compute kind or collective
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def step_time_s(self) -> float:
+        return self.iteration_s
+
+    @property
+    def mqps(self) -> float:
+        """Throughput in million samples (queries) per second."""
+        return self.samples_per_s / 1e6
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("tasks")
+        out["step_time_s"] = self.iteration_s
+        out["memory"] = self.memory.as_dict()
+        out["memory"]["fits"] = self.fits
+        return out
+
+    def __repr__(self) -> str:
+        status = "fits" if self.fits else "DOES NOT FIT"
+        return (
+            f"DLRMEstimate({self.model_id} on {format_devices(self.num_devices, self.cluster_id)}, {self.strategy}: "
+            f"iteration {format_seconds(self.iteration_s)}, {self.mqps:.3g} MQPS, serialized "
+            f"{format_seconds(self.serialized_s)}, comm exposed {self.comm_exposed_fraction:.1%}, memory "
+            f"{format_bytes(self.memory.total_bytes)} of {format_bytes(self.memory.capacity_bytes)} ({status}))"
         )

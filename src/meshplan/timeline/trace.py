@@ -2,23 +2,27 @@
 role, one track per stream.
 
 Every task the scheduler placed is drawn on its stream (compute, and one stream per network
-axis): each micro-batch's forward and backward at the time the pipeline schedule runs it, the
-first micro-batch's forward and the last one's backward with the data-parallel collectives the
-framework runs beside them, then the optimizer step. A serving request draws the prefill and
-the first decode steps, each a token's pass through the stages. Open the JSON in ui.perfetto.dev or
+axis or level): each micro-batch's forward and backward at the time the pipeline schedule runs
+it, the first micro-batch's forward and the last one's backward with the data-parallel
+collectives the framework runs beside them, then the optimizer step. A serving request draws
+the prefill and the first decode steps, each a token's pass through the stages. A DLRM
+iteration is one pass of one device (``tasks_trace``). Open the JSON in ui.perfetto.dev or
 chrome://tracing (Trace Event Format, "X" complete events, timestamps in microseconds).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from meshplan.costs.costed import CostedProgram
-from meshplan.timeline.engine import CATEGORIES, place_pass, schedule_pass
+from meshplan.timeline.engine import Placed, place_pass, schedule_pass
 from meshplan.timeline.estimate import Estimate
 from meshplan.timeline.inference import InferenceEstimate, PhasePlan
 from meshplan.timeline.pipeline_schedule import simulate_1f1b
 from meshplan.timeline.step import pass_plans
 
-STREAMS = CATEGORIES  # compute, tp, cp, ep, dp, pp
+#: a training role's streams: compute and one per network axis
+STREAMS = ("compute", "tp", "cp", "ep", "dp", "pp")
 
 
 def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
@@ -54,6 +58,17 @@ def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
         optimizer_start = max(end, estimate.step_time_s - costed.optimizer_s)
         events.append(_event("optimizer", pid, 0, optimizer_start, costed.optimizer_s, {}))
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": {"step_time_s": estimate.step_time_s}}
+
+
+def tasks_trace(process: str, placed: Sequence[Placed], end_s: float) -> dict:
+    """One device's scheduled tasks, one track per stream in the order the streams are first
+    used (compute first)."""
+    rows = {name: i for i, name in enumerate(dict.fromkeys(("compute", *(p.task.stream for p in placed))))}
+    events: list[dict] = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": process}}]
+    events += [{"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": stream}} for stream, tid in rows.items()]
+    events += [_event(f"{p.task.kind}: {p.task.name}", 1, rows[p.task.stream], p.start_s, p.end_s - p.start_s, {})
+               for p in placed]
+    return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": {"step_time_s": end_s}}
 
 
 def _event(name: str, pid: int, tid: int, start_s: float, duration_s: float, args: dict) -> dict:

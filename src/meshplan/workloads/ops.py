@@ -112,3 +112,9 @@ class Graph:
     @property
     def forward_flop(self) -> float:
         return self.head.flop + sum(b.flop * b.count for b in self.blocks) + self.tail.flop
+
+    @property
+    def forward_flop_per_sample(self) -> float:
+        """MAD Max Table 2's "FLOPs per sample": the forward flop over the graph's samples
+        (``tokens / seq_len``; a DLRM graph is one sample)."""
+        return self.forward_flop * self.seq_len / self.tokens

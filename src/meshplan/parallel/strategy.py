@@ -1,8 +1,12 @@
-"""Apply a per-layer-kind hierarchical strategy to a lowered DLRM (MAD Max Sec. 2.2, 4.3).
+"""Apply a per-layer-kind hierarchical strategy to a graph (MAD Max Sec. 2.2, 4.3).
 
-The result is one device's work as ordered tasks (MAD Max Fig. 5-6: forward embedding, bottom MLP,
-interaction, top MLP; backward reversed), each a compute kernel or a collective with the tasks
-it waits for, plus the memory it needs. Every device plays the same role (tables and samples are
+A Plan (tp, pp, dp, ...) is applied by meshplan.parallel.program; a per-layer-kind strategy
+(``embedding=(mp) dense=(tp,ddp)``: what a DLRM takes) is applied here, to the common Graph a
+DLRM lowers to (meshplan.workloads.dlrm). The result is one device's work as ordered tasks (MAD
+Max Fig. 5-6: forward embedding, bottom MLP, interaction, top MLP; backward reversed), each an
+op's share on the device (a common ShardedOp and the pass it runs) or a collective (a common
+Comm over the group it spans), with the tasks it waits for, plus the memory it needs
+(meshplan.parallel.memory.DLRMMemory). Every device plays the same role (tables and samples are
 spread evenly, MAD Max Sec. 4.2), so one device stands for all.
 
 Each strategy entry takes one network level, innermost first; its group is the devices of that
@@ -23,14 +27,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from meshplan.costs.collectives import GroupSpan, group_span
 from meshplan.errors import MeshplanError
-from meshplan.parallel.dlrm_memory import (
+from meshplan.parallel.memory import (
     INDEX_BYTES, DLRMMemory, dense_state_bytes, embedding_state_bytes, optimizer_traffic_bytes,
 )
+from meshplan.parallel.program import Comm, ShardedOp
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.device import BYTES_PER_ELEMENT
+from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.dlrm_scenario import DLRMScenario
 from meshplan.specs.strategy import Strategy
-from meshplan.workloads.dlrm import DLRMBlock, DLRMGraph, DLRMOp
+from meshplan.workloads.dlrm import BOTTOM, INTERACTION, TOP, lower_dlrm
+from meshplan.workloads.ops import Block, Graph, Op
+
+#: the mesh axis (the scheduler's category) each strategy entry's collectives run on
+AXIS = {"mp": "mp", "ddp": "dp", "fsdp": "dp", "tp": "tp", "ep": "ep"}
 
 
 @dataclass(frozen=True)
@@ -43,20 +55,17 @@ class Group:
 
 @dataclass(frozen=True)
 class Task:
-    """One compute kernel or collective of one device, with the tasks it must wait for."""
+    """One compute kernel or collective of one device, with the tasks it must wait for. A
+    kernel is an op's share on the device and the pass it runs (costed by
+    meshplan.costs.costed.op_times); a collective is a common Comm."""
 
     name: str
-    stream: str  # "compute" or "comm"
-    category: str  # compute: embedding_lookup | gemm | other; comm: the collective kind
     layer: str  # embedding, bottom, interaction, transformer, top, moe, loss, optimizer
     deps: tuple[str, ...] = ()
-    kernel: str = ""  # compute: lookup | gemm | attention | elementwise (how it is costed)
-    gemms: tuple[tuple[float, float, float], ...] = ()  # (m, k, n), run one after another
-    flop: float = 0.0  # attention-like flop
-    bytes: float = 0.0  # streaming HBM traffic
-    lookup_bytes: float = 0.0  # embedding rows read or updated
-    comm_bytes: float = 0.0  # the collective's buffer (meshplan.costs.collectives.collective_s)
-    group: Group | None = None
+    op: ShardedOp | None = None
+    phase: str = "forward"  # forward, backward (input and weight gradients) or weight (weight gradient only)
+    copies: int = 1  # the kernel runs this many times in a row (the expert towers a device holds)
+    comm: Comm | None = None
     blocking: bool = False
 
 
@@ -85,15 +94,18 @@ class Layout:
 
 
 @dataclass(frozen=True)
-class DLRMProgram:
-    graph: DLRMGraph
+class StrategyProgram:
+    """One device's iteration under a per-layer-kind strategy."""
+
+    model: DLRMModel
+    graph: Graph  # per sample (meshplan.workloads.dlrm)
     cluster: Cluster
     strategy: Strategy
     num_devices: int
     global_batch_size: int
     precision: str
     layouts: dict[str, Layout]
-    tasks: tuple[Task, ...]
+    tasks: tuple[Task, ...]  # in issue order
     memory: DLRMMemory
 
 
@@ -133,25 +145,34 @@ def layout(kind: str, entries: tuple[str, ...], factors: tuple[int, ...], num_de
     return Layout(kind, entries, degrees, tuple(groups))
 
 
+def _sharded(op: Op, nbytes: float = 0.0, flop: float = 0.0) -> ShardedOp:
+    """A memory-bound or attention-like op's share on a device."""
+    return ShardedOp(op, flop, nbytes, 0.0, 0.0, 0.0)
+
+
 class _Builder:
     """Collects tasks in issue order (the order MAD Max's per-device streams are filled in)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
         self.tasks: list[Task] = []
-        self.grad_syncs: dict[str, list[str]] = {}
+        self.spans: dict[Group, GroupSpan] = {}
 
     def add(self, task: Task) -> str:
         self.tasks.append(task)
         return task.name
 
-    def compute(self, name, category, layer, deps=(), **work) -> str:
-        return self.add(Task(name, "compute", category, layer, tuple(d for d in deps if d), **work))
+    def compute(self, name, layer, op: ShardedOp, deps=(), phase="forward", copies=1) -> str:
+        return self.add(Task(name, layer, tuple(d for d in deps if d), op=op, phase=phase, copies=copies))
 
-    def comm(self, name, kind, layer, nbytes, group, deps=(), blocking=True) -> str | None:
-        if group is None or group.size <= 1 or nbytes <= 0:
+    def comm(self, name, kind, layer, nbytes, layout: Layout, axis: str, deps=(), blocking=True) -> str | None:
+        """A collective over ``layout``'s group of strategy entry ``axis`` (none if it has no group)."""
+        group = layout.group(axis)
+        if group is None or nbytes <= 0:
             return None
-        return self.add(Task(name, "comm", kind, layer, tuple(d for d in deps if d), comm_bytes=nbytes,
-                             group=group, blocking=blocking))
+        span = self.spans.get(group) or self.spans.setdefault(group, group_span(self.cluster, group.size, group.stride))
+        comm = Comm(AXIS[axis], kind, nbytes, 1, span)
+        return self.add(Task(name, layer, tuple(d for d in deps if d), comm=comm, blocking=blocking))
 
 
 @dataclass
@@ -164,96 +185,107 @@ class _Dense:
     weight_bytes: float
     grad_bytes: float
     act_bytes: float
-    emb_bytes: float = 2.0  # bytes of a pooled-embedding element
     copies: float = 1.0  # expert towers per device
-    rows_scale: float = 1.0  # routed tokens per sample per expert (MoE)
+    towers: int = 1  # expert towers in the model (an op's rows and weights are over all of them)
     params: float = 0.0
     activations: float = 0.0
     gathered: float = 0.0
     syncs: list[str] = field(default_factory=list)
 
 
-def _gemm_shape(op: DLRMOp, d: _Dense, tp: int) -> tuple[float, float, float]:
-    m = d.batch * op.rows * d.rows_scale
-    if op.tp == "column":
-        return m, op.k, op.n / tp
-    if op.tp == "row":
-        return m, op.k / tp, op.n
-    return m, op.k, op.n
+def _rows(op: Op, d: _Dense) -> float:
+    """Rows of one of ``op``'s GEMMs on the device: its samples' rows for one tower."""
+    return d.batch * (op.m / d.towers)
 
 
-def _stream_bytes(op: DLRMOp, d: _Dense) -> float:
-    """HBM bytes a non-GEMM op moves in forward (backward moves twice as many)."""
-    return d.batch * (op.elements * d.act_bytes + op.pooled_elements * d.emb_bytes)
+def _gemm(op: Op, d: _Dense, tp: int) -> ShardedOp:
+    """A matmul's share: column-parallel splits n, row-parallel k (Shoeybi et al. 2019)."""
+    m, k, n = _rows(op, d), op.k, op.n
+    if op.shard_dim == "n":
+        n = n / tp
+    elif op.shard_dim == "k":
+        k = k / tp
+    return ShardedOp(op, 2.0 * m * k * n, 0.0, m, k, n)
 
 
-def _fsdp_gather(b: _Builder, op: DLRMOp, d: _Dense, name: str, issued: list[str]) -> str | None:
+def _split(op: Op, tp: int) -> int:
+    """How many ways tensor parallelism splits ``op`` (its weights, or its heads)."""
+    return tp if op.shard == "tp" else 1
+
+
+def _stream(op: Op, d: _Dense, tp: int) -> ShardedOp:
+    """A non-GEMM op's share: its flop and forward HBM bytes (backward moves twice as many)."""
+    split = _split(op, tp)
+    return _sharded(op, d.batch * op.bytes / split, d.batch * op.flop / split)
+
+
+def _tower_params(op: Op, d: _Dense) -> float:
+    return op.params / d.towers
+
+
+def _fsdp_gather(b: _Builder, op: Op, d: _Dense, name: str, issued: list[str]) -> str | None:
     """FSDP: all-gather this op's weight shard, prefetched two ops ahead of its use; the device
     holds at most two gathered weights at a time."""
     if not (op.params and d.layout.group("fsdp")):
         return None
-    shard = d.layout.degree("tp") if op.tp != "none" else 1
-    gathered = d.copies * op.params / shard * d.weight_bytes
+    shard = _split(op, d.layout.degree("tp"))
+    gathered = d.copies * _tower_params(op, d) / shard * d.weight_bytes
     d.gathered = max(d.gathered, 2.0 * gathered)
-    return b.comm(name, "all_gather", d.name, gathered, d.layout.group("fsdp"), deps=(issued[-2] if len(issued) >= 2 else "",))
+    return b.comm(name, "all_gather", d.name, gathered, d.layout, "fsdp", deps=(issued[-2] if len(issued) >= 2 else "",))
 
 
-def _layer_forward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict) -> tuple[str, ...]:
+def _layer_forward(b: _Builder, op: Op, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict) -> tuple[str, ...]:
     """Forward of one op of a dense kind: FSDP gather, the kernel, TP activation all-reduce."""
     lay, tp = d.layout, d.layout.degree("tp")
     gather = _fsdp_gather(b, op, d, f"{tag}:ag_w", prefetch.setdefault("fwd", []))
-    if op.kind == "gemm":
-        shape = _gemm_shape(op, d, tp)
-        work = {"gemms": (shape,) * int(d.copies), "kernel": "gemm"}
-        d.activations += d.copies * shape[0] * shape[1] * d.act_bytes
-        category = "gemm"
+    if op.kind == "matmul":
+        work, copies = _gemm(op, d, tp), int(d.copies)
+        d.activations += d.copies * work.m * work.k * d.act_bytes
     else:
-        work = {"flop": d.batch * op.flop / tp, "bytes": _stream_bytes(op, d) / tp, "kernel": op.kind}
-        d.activations += _stream_bytes(op, d) / tp / 2.0
-        category = "gemm" if op.kind == "attention" else "other"  # attention is batched matmuls
-    done = b.compute(f"{tag}", category, d.name, (*deps, gather), **work)
+        work, copies = _stream(op, d, tp), 1
+        d.activations += work.bytes / 2.0
+    done = b.compute(f"{tag}", d.name, work, (*deps, gather), copies=copies)
     if gather:
         prefetch["fwd"].append(done)
-    if op.tp == "row" and tp > 1:
-        m = d.batch * op.rows * d.rows_scale
-        reduced = b.comm(f"{tag}:ar_act", "all_reduce", d.name, d.copies * m * op.n * d.act_bytes, lay.group("tp"), deps=(done,))
+    if op.shard_dim == "k" and tp > 1:
+        m = _rows(op, d)
+        reduced = b.comm(f"{tag}:ar_act", "all_reduce", d.name, d.copies * m * op.n * d.act_bytes, lay, "tp", deps=(done,))
         return (done, reduced or "")
     return (done,)
 
 
-def _layer_backward(b: _Builder, op: DLRMOp, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict,
+def _layer_backward(b: _Builder, op: Op, d: _Dense, tag: str, deps: tuple[str, ...], prefetch: dict,
                     input_grad: bool = True) -> tuple[str, ...]:
     """Backward of one op: FSDP gather, input- and weight-gradient kernels, TP input-gradient
     all-reduce (blocking), gradient reduce-scatter / all-reduce (non-blocking)."""
     lay, tp = d.layout, d.layout.degree("tp")
-    shard = tp if op.tp != "none" else 1
+    shard = _split(op, tp)
     gather = _fsdp_gather(b, op, d, f"{tag}:ag_w_b", prefetch.setdefault("bwd", []))
-    if op.kind == "gemm":
-        m, k, n = _gemm_shape(op, d, tp)
-        pair = ((m, n, k), (k, m, n)) if input_grad else ((k, m, n),)
-        work, category = {"gemms": pair * int(d.copies), "kernel": "gemm"}, "gemm"
+    if op.kind == "matmul":
+        # input gradient and weight gradient GEMMs, or the weight gradient alone (first layer)
+        work, copies = _gemm(op, d, tp), int(d.copies)
+        phase = "backward" if input_grad else "weight"
     else:
-        work = {"flop": 2.0 * d.batch * op.flop / tp, "bytes": 2.0 * _stream_bytes(op, d) / tp, "kernel": op.kind}
-        category = "gemm" if op.kind == "attention" else "other"
-    done = b.compute(f"{tag}:b", category, d.name, (*deps, gather), **work)
+        work, copies, phase = _stream(op, d, tp), 1, "backward"
+    done = b.compute(f"{tag}:b", d.name, work, (*deps, gather), phase=phase, copies=copies)
     if gather:
         prefetch["bwd"].append(done)
     out = [done]
-    if op.tp == "column" and tp > 1 and input_grad:
-        m = d.batch * op.rows * d.rows_scale
-        reduced = b.comm(f"{tag}:ar_grad_in", "all_reduce", d.name, d.copies * m * op.k * d.act_bytes, lay.group("tp"), deps=(done,))
+    if op.shard_dim == "n" and tp > 1 and input_grad:
+        m = _rows(op, d)
+        reduced = b.comm(f"{tag}:ar_grad_in", "all_reduce", d.name, d.copies * m * op.k * d.act_bytes, lay, "tp", deps=(done,))
         out.append(reduced or "")
     if op.params:
-        grads = d.copies * op.params / shard * d.grad_bytes
-        scattered = b.comm(f"{tag}:rs_grad", "reduce_scatter", d.name, grads, lay.group("fsdp"), deps=(done,), blocking=False)
-        synced = b.comm(f"{tag}:ar_grad", "all_reduce", d.name, grads / lay.degree("fsdp"), lay.group("ddp"),
+        grads = d.copies * _tower_params(op, d) / shard * d.grad_bytes
+        scattered = b.comm(f"{tag}:rs_grad", "reduce_scatter", d.name, grads, lay, "fsdp", deps=(done,), blocking=False)
+        synced = b.comm(f"{tag}:ar_grad", "all_reduce", d.name, grads / lay.degree("fsdp"), lay, "ddp",
                         deps=(scattered or done,), blocking=False)
         d.syncs.extend(s for s in (scattered, synced) if s)
-        d.params += d.copies * op.params / shard / lay.degree("fsdp")
+        d.params += d.copies * _tower_params(op, d) / shard / lay.degree("fsdp")
     return tuple(out)
 
 
-def _unrolled(blocks: tuple[DLRMBlock, ...]) -> list[tuple[str, DLRMOp]]:
+def _unrolled(blocks: tuple[Block, ...]) -> list[tuple[str, Op]]:
     """(tag, op) in execution order: blocks kept as (block, count) in the graph, unrolled here so
     that each layer's collectives can overlap the next layer's compute (MAD Max Fig. 6)."""
     out, index = [], 0
@@ -265,7 +297,7 @@ def _unrolled(blocks: tuple[DLRMBlock, ...]) -> list[tuple[str, DLRMOp]]:
     return out
 
 
-def _run(b: _Builder, d: _Dense, ops: list[tuple[str, DLRMOp]], deps: tuple[str, ...], backward: bool,
+def _run(b: _Builder, d: _Dense, ops: list[tuple[str, Op]], deps: tuple[str, ...], backward: bool,
          first_input_grad: bool = True) -> tuple[str, ...]:
     prefetch: dict = {}
     seq = list(reversed(ops)) if backward else ops
@@ -278,15 +310,14 @@ def _run(b: _Builder, d: _Dense, ops: list[tuple[str, DLRMOp]], deps: tuple[str,
     return deps
 
 
-def build_dlrm_program(
-    graph: DLRMGraph, cluster: Cluster, num_devices: int, strategy: Strategy, global_batch_size: int, precision: str,
-    training: bool = True,
-) -> DLRMProgram:
-    """One device's tasks and memory for ``graph`` under ``strategy`` (MAD Max Sec. 4.3).
+def build_strategy_program(s: DLRMScenario) -> StrategyProgram:
+    """Lower ``s.model`` and apply ``s.strategy``: one device's tasks and memory (MAD Max Sec. 4.3).
 
-    Inference (``training=False``) runs the forward tasks only (MAD Max Fig. 11b): no loss, no
-    backward, no optimizer, and no gradients or optimizer states in memory."""
-    m, n, batch = graph.model, num_devices, global_batch_size
+    Inference runs the forward tasks only (MAD Max Fig. 11b): no loss, no backward, no optimizer,
+    and no gradients or optimizer states in memory."""
+    m, cluster, n, batch, precision = s.model, s.cluster, s.num_devices, s.global_batch_size, s.precision
+    strategy, training = s.strategy, s.task != "inference"
+    graph = lower_dlrm(m, BYTES_PER_ELEMENT[precision])
     if batch % n:
         raise MeshplanError("global_batch_size", batch, f"must be a multiple of the device count {n} (each device owns an equal share of the samples)")
     factors = level_factors(cluster, n)
@@ -295,19 +326,20 @@ def build_dlrm_program(
     layouts = {k: layout(k, e, factors, n, "(" + ",".join(e) + ")") for k, e in entries.items()}
     act, wb = BYTES_PER_ELEMENT[precision], m.bytes_per_dense_param
     local = batch / n
-    b = _Builder()
+    b = _Builder(cluster)
 
     # embedding bags: each device looks its tables up for every sample of its mp group
     emb = layouts["embedding"]
     mp, emb_batch = emb.degree("mp"), batch / emb.degree("ddp")
-    lookup = emb_batch * graph.embedding.lookup_bytes / mp
+    embedding = graph.head.ops[0]
+    lookup = emb_batch * embedding.bytes / mp
     pooled = emb_batch * m.tables / mp * m.embedding_dim * m.bytes_per_emb_param
-    emb_f = b.compute("emb:f", "embedding_lookup", "embedding", lookup_bytes=lookup, kernel="lookup")
-    a2a_f = b.comm("emb:a2a_f", "all_to_all", "embedding", pooled, emb.group("mp"), deps=(emb_f,))
+    emb_f = b.compute("emb:f", "embedding", _sharded(embedding, lookup))
+    a2a_f = b.comm("emb:a2a_f", "all_to_all", "embedding", pooled, emb, "mp", deps=(emb_f,))
 
     dense = layouts["dense"]
     bottom = _Dense("bottom", dense, batch / dense.replicas, wb, wb, act)
-    bottom_ops = _unrolled(graph.bottom)
+    bottom_ops = _unrolled(tuple(k for k in graph.blocks if k.name == BOTTOM))
     bottom_end = _run(b, bottom, bottom_ops, (), backward=False)
 
     # interaction: on the device's own samples (replicated weights), or transformer layers with
@@ -319,13 +351,12 @@ def build_dlrm_program(
         inter = _Dense("transformer", lay, batch / lay.replicas, wb, wb, act)
         t = m.transformer
         gather = b.comm("transformer:ag_in", "all_gather", "transformer", inter.batch * t.seq_len * t.hidden_size * act,
-                        lay.group("tp"), deps=ready)
+                        lay, "tp", deps=ready)
         ready = (*ready, gather or "")
         shared = lay.group("tp")
     else:
-        inter = _Dense("interaction", layout("interaction", ("ddp",), factors, n, "(ddp)"), local, wb, wb, act,
-                       emb_bytes=m.bytes_per_emb_param)
-    inter_ops = _unrolled(graph.interaction)
+        inter = _Dense("interaction", layout("interaction", ("ddp",), factors, n, "(ddp)"), local, wb, wb, act)
+    inter_ops = _unrolled(tuple(k for k in graph.blocks if k.name in INTERACTION))
     inter_end = _run(b, inter, inter_ops, ready, backward=False)
 
     # top MLP (or expert towers)
@@ -336,8 +367,7 @@ def build_dlrm_program(
         if m.moe.num_experts % ep:
             raise MeshplanError("strategy.moe", "(" + ",".join(lay.entries) + ")",
                                 f"the ep degree {ep} must divide num_experts ({m.moe.num_experts})")
-        top = _Dense("moe", lay, batch / lay.replicas, wb, wb, act, copies=m.moe.num_experts / ep,
-                     rows_scale=m.moe.top_k / m.moe.num_experts)
+        top = _Dense("moe", lay, batch / lay.replicas, wb, wb, act, copies=m.moe.num_experts / ep, towers=m.moe.num_experts)
         dispatch_bytes = local * m.moe.top_k * m.interaction_out * act
         combine_bytes = local * m.moe.top_k * top_out * act
     else:
@@ -345,11 +375,11 @@ def build_dlrm_program(
         dispatch_bytes = combine_bytes = 0.0
     gather_top = None
     if top.layout.group("tp") and top.layout.group("tp") != shared:
-        gather_top = b.comm("top:ag_in", "all_gather", top.name, top.batch * m.interaction_out * act, top.layout.group("tp"), deps=inter_end)
-    dispatch = b.comm("moe:a2a_dispatch", "all_to_all", "moe", dispatch_bytes, top.layout.group("ep"), deps=inter_end)
-    top_ops = _unrolled(graph.top)
+        gather_top = b.comm("top:ag_in", "all_gather", top.name, top.batch * m.interaction_out * act, top.layout, "tp", deps=inter_end)
+    dispatch = b.comm("moe:a2a_dispatch", "all_to_all", "moe", dispatch_bytes, top.layout, "ep", deps=inter_end)
+    top_ops = _unrolled(tuple(k for k in graph.blocks if k.name == TOP))
     top_end = _run(b, top, top_ops, (*inter_end, gather_top or "", dispatch or ""), backward=False)
-    combine = b.comm("moe:a2a_combine", "all_to_all", "moe", combine_bytes, top.layout.group("ep"), deps=top_end)
+    combine = b.comm("moe:a2a_combine", "all_to_all", "moe", combine_bytes, top.layout, "ep", deps=top_end)
     kinds_dense = (bottom, inter, top)
     if training:
         _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end, combine, combine_bytes,
@@ -370,7 +400,7 @@ def build_dlrm_program(
         activations_bytes=sum(d.activations for d in kinds_dense) + buffers + indices,
         capacity_bytes=cluster.device.hbm_bytes,
     )
-    return DLRMProgram(graph, cluster, strategy, n, batch, precision, layouts, tuple(b.tasks), memory)
+    return StrategyProgram(m, graph, cluster, strategy, n, batch, precision, layouts, tuple(b.tasks), memory)
 
 
 def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end, combine, combine_bytes,
@@ -378,21 +408,23 @@ def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end,
     """Loss, then backward reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all,
     bottom, lookups; gradient reductions; the dense optimizer steps."""
     bottom, inter, top = kinds_dense
-    loss = b.compute("loss", "other", "loss", (*top_end, combine or ""), bytes=local * graph.loss.elements * act,
-                     kernel="elementwise")
+    loss = b.compute("loss", "loss", _sharded(graph.tail.ops[0], local * graph.tail.ops[0].bytes), (*top_end, combine or ""))
 
     # backward, reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all, bottom, lookups
-    combine_b = b.comm("moe:a2a_combine_b", "all_to_all", "moe", combine_bytes, top.layout.group("ep"), deps=(loss,))
+    combine_b = b.comm("moe:a2a_combine_b", "all_to_all", "moe", combine_bytes, top.layout, "ep", deps=(loss,))
     top_b = _run(b, top, top_ops, (loss, combine_b or ""), backward=True)
-    dispatch_b = b.comm("moe:a2a_dispatch_b", "all_to_all", "moe", dispatch_bytes, top.layout.group("ep"), deps=top_b)
+    dispatch_b = b.comm("moe:a2a_dispatch_b", "all_to_all", "moe", dispatch_bytes, top.layout, "ep", deps=top_b)
     inter_b = _run(b, inter, inter_ops, (*top_b, dispatch_b or ""), backward=True)
-    a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb.group("mp"), deps=inter_b)
+    a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb, "mp", deps=inter_b)
     _run(b, bottom, bottom_ops, inter_b, backward=True, first_input_grad=False)
-    emb_b = b.compute("emb:b", "embedding_lookup", "embedding", (*inter_b, a2a_b or ""), lookup_bytes=lookup, kernel="lookup")
+    # the fused sparse update moves the rows the forward read (MAD Max's artifact costs both passes alike)
+    update = _sharded(Op("embedding_bags_update", "lookup", "none"), lookup)
+    emb_b = b.compute("emb:b", "embedding", update, (*inter_b, a2a_b or ""))
     # replicated tables: all-reduce the looked-up rows' gradients (MAD Max artifact: lookup bytes)
-    b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb.group("ddp"), deps=(emb_b,), blocking=False)
+    b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb, "ddp", deps=(emb_b,), blocking=False)
     for d in kinds_dense:
         if d.params:
             traffic = optimizer_traffic_bytes(d.params, wb, m.dense_optimizer)
-            b.compute(f"{d.name}:optimizer", "other", "optimizer", tuple(d.syncs), bytes=traffic, kernel="elementwise")
+            step = _sharded(Op(f"{d.name}_optimizer", "elementwise", "none"), traffic)
+            b.compute(f"{d.name}:optimizer", "optimizer", step, tuple(d.syncs))
 
