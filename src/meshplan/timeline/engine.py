@@ -275,6 +275,12 @@ class PassTime:
     time_s: float  # until every stream is done
     compute_s: float  # seconds of compute tasks (contention excluded)
     waited_s: dict[str, float]  # critical path per category (sums to time_s)
+    ready_s: float = 0.0  # when the pass's output (signal "x") is ready: the next stage can go on
+
+    @property
+    def trailing_s(self) -> float:
+        """What runs on after the output is ready (a gradient reduction, the contention it costs)."""
+        return max(self.time_s - self.ready_s, 0.0)
 
     @property
     def exposed_s(self) -> dict[str, float]:
@@ -301,7 +307,7 @@ def schedule_pass(p: Pass, compose: bool = True) -> PassTime:
             continue
         state = repeat(state, segment, count) if compose else unrolled(state, segment, count)
     compute_s = sum(count * _compute_seconds(segment) for segment, count in p.parts if count > 0)
-    return PassTime(state.end_s, compute_s, state.critical_path())
+    return PassTime(state.end_s, compute_s, state.critical_path(), state.times.get("x", state.end_s))
 
 
 def place_pass(p: Pass, offset_s: float = 0.0) -> list[Placed]:

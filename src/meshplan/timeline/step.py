@@ -105,7 +105,9 @@ def _stage_work(r: RolePasses, stages: int, schedule: str, virtual: int) -> Stag
         backward_s=(r.input_backward.time_s if split else b * scale) / virtual,
         weight_s=r.weight_s / virtual if split else 0.0,
         first_forward_s=(r.first_forward.time_s + (scale - 1.0) * f) / virtual,
-        last_backward_s=(r.last_backward.time_s + (scale - 1.0) * b) / virtual,
+        # the gradient goes on to the previous stage when it is ready; the reduction trailing it
+        # delays only this stage's finish (added in step_estimate)
+        last_backward_s=(r.last_backward.ready_s + (scale - 1.0) * b) / virtual,
         paired_s=r.paired.time_s / virtual if r.paired is not None and schedule == "dualpipe" else None,
         count=stages,
     )
@@ -143,7 +145,8 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         blocking += reduce_s
     if not plan.overlap_param_gather:
         blocking += gather_s
-    finish = max(pipe.finish_s)
+    finishes = [end + r.last_backward.trailing_s for end, r in zip(pipe.finish_s, passes)]
+    finish = max(finishes)
     step_s = finish + blocking + costed.optimizer_s
 
     # the device that paces the pipeline (the longest forward + backward); its idle time in the
