@@ -107,10 +107,16 @@ def _stage_work(r: RolePasses, stages: int, schedule: str, virtual: int) -> Stag
         first_forward_s=(r.first_forward.time_s + (scale - 1.0) * f) / virtual,
         # the gradient goes on to the previous stage when it is ready; the reduction trailing it
         # delays only this stage's finish (added in step_estimate)
-        last_backward_s=(r.last_backward.ready_s + (scale - 1.0) * b) / virtual,
+        last_backward_s=(_handed_on(r) + (scale - 1.0) * b) / virtual,
         paired_s=r.paired.time_s / virtual if r.paired is not None and schedule == "dualpipe" else None,
         count=stages,
     )
+
+
+def _handed_on(r: RolePasses) -> float:
+    """When the last micro-batch's backward hands its gradient on: never before an ordinary
+    backward ends (whatever trails that one trails every micro-batch)."""
+    return max(r.last_backward.ready_s, r.backward.time_s)
 
 
 def _exposed(r: RolePasses, m: int) -> dict[str, float]:
@@ -145,7 +151,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         blocking += reduce_s
     if not plan.overlap_param_gather:
         blocking += gather_s
-    finishes = [end + r.last_backward.trailing_s for end, r in zip(pipe.finish_s, passes)]
+    finishes = [end + max(r.last_backward.time_s - _handed_on(r), 0.0) for end, r in zip(pipe.finish_s, passes)]
     finish = max(finishes)
     step_s = finish + blocking + costed.optimizer_s
 
