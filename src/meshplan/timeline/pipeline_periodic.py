@@ -1,0 +1,296 @@
+"""Exact makespan of any schedule from a bounded simulation: the steady state is periodic.
+
+Identical micro-batches make the schedule a max-plus linear system whose steady state repeats:
+after a transient, adding R micro-batches (a multiple of the schedule's own period: 1 for
+1F1B/ZB-H1, p for interleaved 1F1B, 2 for DualPipe) delays everything after the steady part by the
+same Δ (max-plus theory: Baccelli et al., "Synchronization and Linearity", 1992, Thm. 3.109 —
+the sequence becomes eventually periodic). We do not assume when: we simulate m1 < m
+micro-batches and look for a *certificate*. Cut every stage's op list before the first forward
+of micro-batch i (cut C) and of micro-batch i + R (cut C'). If
+
+- both cuts are closed (no op before a cut depends on an op after it),
+- the schedule for m1 + R micro-batches is the one for m1 with R micro-batches of steady ops
+  inserted at C' (checked op by op on the orders), and
+- every op before C' whose result an op after C' needs ends exactly Δ later than its
+  counterpart R micro-batches earlier at C,
+
+then the ops after C' of the longer schedule are those after C of the shorter one, Δ later, by
+induction over the dependency graph; so every finish time grows by Δ per R micro-batches from
+m1 on. Without a certificate at m1 (the transient is longer: two stages whose cycles are nearly
+equally slow) m1 doubles, up to m itself, where the simulation is the answer.
+
+Cost: two simulations of m1 micro-batches (m1 ≈ a few p; more for a long transient), each a loop
+over the ops of a dependency graph compiled once per (schedule, p, v, m1) and cached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from meshplan.timeline.pipeline_orders import device_of, stage_orders
+
+KIND_F, KIND_FF, KIND_BW, KIND_BWL, KIND_B, KIND_W, KIND_WL, KIND_PF, KIND_PFF, KIND_PB, KIND_PBL, KIND_NONE = range(12)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A schedule's dependency graph for one (schedule, p, v, m), without durations."""
+
+    keys: list  # op keys in a topological order
+    stage: np.ndarray  # stage (device) of each op
+    position: np.ndarray  # index in its stage's order
+    prev: np.ndarray  # previous op on the same stage, -1 for none
+    deps: np.ndarray  # (n, 2) data predecessors, -1 for none
+    cross: np.ndarray  # (n, 2) the predecessor ran on another stage (its output pays p2p_s)
+    sends: np.ndarray  # the op's output leaves its stage
+    code: np.ndarray  # (n, 2) duration table rows: the op (or FB's forward half), FB's backward half
+    work: np.ndarray  # (n, 2) StageWork stage index of those rows
+    last_of_stage: np.ndarray  # index of each stage's last op
+    orders: list  # per stage, the op keys in execution order
+
+
+@lru_cache(maxsize=256)
+def compile_schedule(schedule: str, p: int, m: int, v: int) -> Compiled:
+    """Build the dependency graph once; durations and p2p come per call."""
+    orders = stage_orders(schedule, p, m, v)
+    depth = p * v
+    dual = schedule == "dualpipe"
+
+    def first_of(mb: int) -> bool:
+        return mb == (m // 2 if dual and mb >= m // 2 else 0)
+
+    def last_of(mb: int) -> bool:
+        return mb == (m // 2 - 1 if dual and mb < m // 2 else m - 1)
+
+    def cross(a: int, b: int, mb: int) -> bool:
+        return device_of(schedule, p, m, a, mb) != device_of(schedule, p, m, b, mb)
+
+    def forward_input(mb: int, pos: int) -> tuple | None:
+        return ("F", mb, pos - 1) if pos > 0 else None
+
+    def backward_input(mb: int, pos: int) -> tuple:
+        return ("F", mb, pos) if pos == depth - 1 else ("B", mb, pos + 1)
+
+    produced: dict[tuple, int] = {}
+    keys, rows = [], []
+    cursor, remaining = [0] * p, sum(len(o) for o in orders)
+    last_index = [-1] * p
+    while remaining:
+        for s in range(p):
+            while cursor[s] < len(orders[s]):
+                key = orders[s][cursor[s]]
+                kind = key[0]
+                if kind == "FB":
+                    _, mb, pos, mb_b, pos_b = key
+                    inputs = [forward_input(mb, pos), backward_input(mb_b, pos_b)]
+                    cr = [inputs[0] is not None and cross(pos - 1, pos, mb),
+                          pos_b < depth - 1 and cross(pos_b + 1, pos_b, mb_b)]
+                    code = [KIND_PFF if first_of(mb) else KIND_PF, KIND_PBL if last_of(mb_b) else KIND_PB]
+                    work = [pos % p, pos_b % p]
+                    sends = (pos < depth - 1 and cross(pos, pos + 1, mb)) or (pos_b > 0 and cross(pos_b, pos_b - 1, mb_b))
+                    outputs = [("F", mb, pos), ("B", mb_b, pos_b)]
+                else:
+                    _, mb, pos = key
+                    if kind == "F":
+                        inputs = [forward_input(mb, pos), None]
+                        cr = [inputs[0] is not None and cross(pos - 1, pos, mb), False]
+                        code = [KIND_FF if first_of(mb) else KIND_F, KIND_NONE]
+                        sends = pos < depth - 1 and cross(pos, pos + 1, mb)
+                        outputs = [("F", mb, pos)]
+                    elif kind == "W":
+                        inputs, cr = [("B", mb, pos), None], [False, False]
+                        code = [KIND_WL if last_of(mb) else KIND_W, KIND_NONE]
+                        sends, outputs = False, []
+                    else:
+                        inputs = [backward_input(mb, pos), None]
+                        cr = [pos < depth - 1 and cross(pos + 1, pos, mb), False]
+                        code = [KIND_B if kind == "b" else (KIND_BWL if last_of(mb) else KIND_BW), KIND_NONE]
+                        sends = pos > 0 and cross(pos, pos - 1, mb)
+                        outputs = [("B", mb, pos)]
+                    work = [pos % p, pos % p]
+                if any(x is not None and x not in produced for x in inputs):
+                    break
+                index = len(keys)
+                deps = [produced[x] if x is not None else -1 for x in inputs]
+                rows.append((s, cursor[s], last_index[s], deps[0], deps[1], cr[0], cr[1], sends, code[0], code[1], work[0], work[1]))
+                keys.append(key)
+                for out in outputs:
+                    produced[out] = index
+                last_index[s] = index
+                cursor[s] += 1
+                remaining -= 1
+    a = np.array(rows, dtype=np.int64)
+    return Compiled(keys=keys, stage=a[:, 0], position=a[:, 1], prev=a[:, 2], deps=a[:, 3:5],
+                    cross=a[:, 5:7].astype(bool), sends=a[:, 7].astype(bool), code=a[:, 8:10],
+                    work=a[:, 10:12], last_of_stage=np.array(last_index), orders=orders)
+
+
+def duration_table(works) -> np.ndarray:
+    """Rows KIND_*, columns stages: the duration of each kind of op on each stage."""
+    F = np.array([w.forward_s for w in works], dtype=float)
+    B = np.array([w.backward_s for w in works], dtype=float)
+    W = np.array([w.weight_s for w in works], dtype=float)
+    Ff = np.array([F[i] if w.first_forward_s is None else w.first_forward_s for i, w in enumerate(works)])
+    BWl = np.array([B[i] + W[i] if w.last_backward_s is None else w.last_backward_s for i, w in enumerate(works)])
+    P = np.array([F[i] + B[i] + W[i] if w.paired_s is None else w.paired_s for i, w in enumerate(works)])
+    return np.stack([F, Ff, B + W, BWl, B, W, BWl - B, P / 2, P / 2 + Ff - F, P / 2, P / 2 + BWl - B - W, 0 * F])
+
+
+def run(c: Compiled, table: np.ndarray, p2p_s: float, overlap_p2p: bool) -> np.ndarray:
+    """End time of every op (longest path in topological order)."""
+    dur = (table[c.code[:, 0], c.work[:, 0]] + table[c.code[:, 1], c.work[:, 1]]).tolist()
+    hold = (c.sends * (0.0 if overlap_p2p else p2p_s)).tolist()
+    lat = (c.cross * p2p_s).tolist()
+    prev, d0, d1 = c.prev.tolist(), c.deps[:, 0].tolist(), c.deps[:, 1].tolist()
+    end = [0.0] * len(dur)
+    for i, duration in enumerate(dur):
+        j = prev[i]
+        t = end[j] + hold[j] if j >= 0 else 0.0
+        j = d0[i]
+        if j >= 0 and end[j] + lat[i][0] > t:
+            t = end[j] + lat[i][0]
+        j = d1[i]
+        if j >= 0 and end[j] + lat[i][1] > t:
+            t = end[j] + lat[i][1]
+        end[i] = t + duration
+    return np.array(end)
+
+
+def _relative(schedule: str, m: int):
+    """Key -> key with micro-batches counted within their direction (DualPipe numbers the second
+    direction after the first); other schedules keep the key."""
+    if schedule != "dualpipe":
+        return lambda key: key
+    half = m // 2
+
+    def rel(mb: int) -> tuple[int, int]:
+        return (1, mb - half) if mb >= half else (0, mb)
+
+    def convert(key: tuple) -> tuple:
+        if key[0] == "FB":
+            return ("FB", *rel(key[1]), key[2], *rel(key[3]), key[4])
+        return (key[0], *rel(key[1]), key[2])
+
+    return convert
+
+
+def _shift(key: tuple, step: int) -> tuple:
+    """A relative key ``step`` micro-batches (per direction) later."""
+    if key[0] == "FB":
+        return ("FB", key[1], key[2] + step, key[3], key[4], key[5] + step, key[6])
+    if len(key) == 4:  # DualPipe: (kind, direction, index, position)
+        return (key[0], key[1], key[2] + step, key[3])
+    return (key[0], key[1] + step, key[2])
+
+
+def _forward_index(key: tuple) -> int | None:
+    """Index (within its direction) of the micro-batch an F or FB op moves forward."""
+    if key[0] == "FB":
+        return key[2]
+    if key[0] == "F":
+        return key[2] if len(key) == 4 else key[1]
+    return None
+
+
+@lru_cache(maxsize=1024)
+def structure(schedule: str, p: int, v: int, m1: int, step: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The frontier ops (before, after) of a certificate cut pair ``step`` micro-batches apart in
+    the run of m1 micro-batches, or None when no such cut pair is valid (see module docstring)."""
+    c = compile_schedule(schedule, p, m1, v)
+    units = 2 if schedule == "dualpipe" else 1
+    r = step * units
+    rel_a = _relative(schedule, m1)
+    long_orders = [[_relative(schedule, m1 + r)(k) for k in o] for o in stage_orders(schedule, p, m1 + r, v)]
+    keys = [rel_a(k) for k in c.keys]
+    orders = [[rel_a(k) for k in o] for o in c.orders]
+    per_direction = m1 // units
+    unit = p if (schedule == "1f1b" and v > 1) else 1
+    for i in range((per_direction - step) // unit * unit, 0, -unit)[:4]:
+        cut_a, cut_b = _cut(orders, i), _cut(orders, i + step)
+        if cut_a is None or cut_b is None:
+            continue
+        front_a, front_b = _frontier(c, cut_a), _frontier(c, cut_b)
+        if front_a is None or front_b is None or len(front_a) != len(front_b):
+            continue
+        rho = cut_b - cut_a
+        partner = {(int(c.stage[x]), int(c.position[x] + rho[c.stage[x]])): int(x) for x in front_a}
+        xs = [partner.get((int(c.stage[y]), int(c.position[y]))) for y in front_b]
+        if any(x is None or _shift(keys[x], step) != keys[y] for x, y in zip(xs, front_b)):
+            continue
+        inserted = all(
+            long_orders[s][: cut_b[s]] == orders[s][: cut_b[s]]
+            and long_orders[s][cut_b[s]:] == [_shift(k, step) for k in orders[s][cut_a[s]:]]
+            for s in range(p)
+        )
+        if inserted:
+            return np.array(xs), np.array(front_b)
+    return None
+
+
+def _cut(orders: list, i: int) -> np.ndarray | None:
+    """Per stage, the position of the first forward of a micro-batch with index >= i."""
+    cut = []
+    for order in orders:
+        n = next((n for n, key in enumerate(order) if _forward_index(key) is not None and _forward_index(key) >= i), None)
+        if n is None:
+            return None
+        cut.append(n)
+    return np.array(cut)
+
+
+def _frontier(c: Compiled, cut: np.ndarray) -> np.ndarray | None:
+    """Indices of ops before the cut whose result an op after it needs; None if the cut is not
+    closed (an op before it depends on one after it)."""
+    early = c.position < cut[c.stage]
+    preds = np.concatenate([c.prev[:, None], c.deps], axis=1)
+    valid = preds >= 0
+    pred_early = np.where(valid, early[np.maximum(preds, 0)], True)
+    if not pred_early[early].all():
+        return None
+    needed = np.zeros(len(early), dtype=bool)
+    needed[preds[~early][valid[~early]]] = True
+    return np.flatnonzero(needed & early)
+
+
+def _valid_count(schedule: str, p: int, v: int, m: int) -> int:
+    """The smallest micro-batch count >= m the schedule accepts."""
+    if schedule == "dualpipe":
+        return max(2 * p, m + (m % 2))
+    if schedule == "1f1b" and v > 1:
+        return -(-m // p) * p
+    return m
+
+
+def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_p2p: bool) -> np.ndarray:
+    """Per stage, the end of its last op for m micro-batches, exactly (module docstring)."""
+    p = len(works)
+    table = duration_table(works)
+    unit = p if (schedule == "1f1b" and v > 1) else 1  # steady pattern period, per direction
+    units = 2 if schedule == "dualpipe" else 1
+    m1 = _valid_count(schedule, p, v, units * (4 * p + 4 * unit))
+    while m1 < m:
+        c = compile_schedule(schedule, p, m1, v)
+        end = run(c, table, p2p_s, overlap_p2p)
+        scale = 1e-11 * max(1.0, float(end.max()))
+        for step in range(unit, max(2 * p, 2 * unit) + 1, unit):
+            if step * units * 3 > m1:
+                break
+            cert = structure(schedule, p, v, m1, step)
+            if cert is None:
+                continue
+            xs, ys = cert
+            gaps = end[ys] - end[xs]
+            if np.ptp(gaps) > scale:
+                continue
+            r = step * units
+            m2 = m1 + (m - m1) % r
+            if m2 != m1:
+                c, end = compile_schedule(schedule, p, m2, v), None
+                end = run(c, table, p2p_s, overlap_p2p)
+            return end[c.last_of_stage] + (m - m2) // r * float(gaps.mean())
+        m1 = _valid_count(schedule, p, v, 2 * m1)
+    c = compile_schedule(schedule, p, m, v)
+    return run(c, table, p2p_s, overlap_p2p)[c.last_of_stage]
