@@ -2,147 +2,147 @@
 
 The makespan is the longest path through the schedule's dependency graph (ops are nodes weighted
 by their durations; an op waits for the previous op on its stage and for its input). Arrays here
-are per stage, already "effective": without overlap_p2p a sending op also holds its stage for
-p2p_s, which is the same as a longer op whose output arrives when it ends, so ``delta`` (the
-latency that does not hold the sender) is p2p_s with overlap and 0 without.
+are per stage and "effective": without overlap_p2p a sending op also holds its stage for p2p_s,
+the same as a longer op whose output arrives when it ends; ``delta`` is the latency that does not
+hold the sender (p2p_s with overlap, else 0).
 
 GPipe (Huang et al. 2019): all forwards, then all backwards. The longest path to stage t's last
-backward descends the forward "flow shop" to some turn stage s >= t (identical micro-batches: it
-rides one stage for all m micro-batches, that stage being the slowest on its way), turns to s's
-first backward and climbs the backward flow shop to t.
+backward descends the forward flow shop to a turn stage s >= t (with identical micro-batches it
+rides one stage, the slowest on its way, for all m of them), turns to s's first backward and
+climbs the backward flow shop to t.
 
-1F1B (Narayanan et al. SC21, Sec. 2.2.1) with ``delta = 0``: stage s runs its op of iteration x
-(F_x, then the backward of micro-batch x - w_s, w_s = p-1-s). A path leaves the forward-only
-warm-up at some stage a (where its first 1F1B iteration starts, layer w_a), walks through the
-steady iterations and enters the backward-only cool-down at some stage b (layer m-1). In the
-steady part every layer the path advances is either one iteration spent on a stage s (worth
-c_s = F_s + B_s) or one step up the backward chain (worth c_s too once paired with the step down
-it needs), so the best walk spends all free layers on the slowest stage it can reach (k) and
-the makespan is max over (a, b, k) of warm-up + steady walk + cool-down, each in closed form.
-Stages with w_s >= m never leave warm-up (all forwards, then all backwards) and add GPipe-like
-paths. With overlapped latency (delta > 0) a walk down and up collects 2·delta per stage and the
-best walk is a small knapsack; that case goes to ``pipeline_periodic``.
+1F1B (Narayanan et al. SC21, Sec. 2.2.1) with delta = 0: stage s runs, in iteration x, F_x and
+then the backward of micro-batch x - w_s, w_s = p-1-s warm-up forwards. A path leaves the
+forward-only warm-up at stage a (its first 1F1B iteration, x = w_a), walks through the steady
+iterations and reaches the backward-only cool-down at stage b (x = m-1). Every iteration the walk
+advances is either spent on a stage s (F_s + B_s = c_s) or is one step up the backward chain,
+which pairs with a step down and is worth c_s as well, so the best walk spends its free
+iterations on the slowest stage k it passes or visits: the makespan is the maximum over (a, b, k)
+of warm-up + walk + cool-down, each a closed form below; a detour to k outside [a, b] only pays
+when k is a stage where c steps up. Stages with w_s >= m never run a 1F1B iteration (all
+forwards, then all backwards) and add GPipe-like paths. With overlapped latency (delta > 0) a
+walk down and back up gains 2·delta per stage and the best walk is a small knapsack problem
+instead; that case goes to ``pipeline_periodic``.
 
-Cost: O(p²) numpy work on p-vectors (p <= 64 in practice), independent of the micro-batch count.
+Cost: a few dozen numpy operations on p x p arrays, independent of the number of micro-batches.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 import numpy as np
 
 NEG = -np.inf
 
 
-def _range_max(x: np.ndarray) -> np.ndarray:
-    """M[i, j] = max(x[i..j]) for j >= i (0 below the diagonal, where callers mask it out)."""
-    p = len(x)
+@lru_cache(maxsize=64)
+def _grids(p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Row index, column index, upper-triangle mask (col >= row), stage numbers."""
     i, j = np.indices((p, p))
-    return np.maximum.accumulate(np.where(j >= i, x[None, :], 0.0), axis=1)
+    return i, j, j >= i, np.arange(p)
 
 
-def _prefix(x: np.ndarray) -> np.ndarray:
-    """P[k] = x[0] + ... + x[k-1] (length p + 1)."""
-    return np.concatenate(([0.0], np.cumsum(x)))
+def _range_max(x: np.ndarray) -> np.ndarray:
+    """M[i, j] = max(x[i..j]) for j >= i (0 below the diagonal, masked by callers; x >= 0)."""
+    _, _, upper, _ = _grids(len(x))
+    return np.maximum.accumulate(np.where(upper, x, 0.0), axis=1)
 
 
-def forward_stair(F: np.ndarray, first: np.ndarray, m: int, hops: np.ndarray, delta: float) -> np.ndarray:
-    """Longest forward-only path from the first op to micro-batch ``hops[s]`` on stage s (a flow
-    shop: every step either goes to the next stage or the next micro-batch). Micro-batch 0's ops
-    take ``first``; the path leaves micro-batch 0 at stage j and spends its other forward steps on
-    the slowest stage of [j, s]."""
+def _prefix(*xs: np.ndarray) -> np.ndarray:
+    """Rows P[k] = x[0] + ... + x[k-1] (length p + 1) for each x."""
+    rows = np.cumsum(np.stack(xs), axis=1)
+    return np.concatenate([np.zeros((len(xs), 1)), rows], axis=1)
+
+
+def forward_stair(F, first, PF, Pf, MF, hops: np.ndarray, delta: float) -> np.ndarray:
+    """Longest forward-only path from the first op to micro-batch ``hops[s]`` on each stage s (a
+    flow shop; micro-batch 0's ops take ``first``): it leaves micro-batch 0 on a stage j <= s and
+    spends its other forward steps on the slowest stage of [j, s]."""
     p = len(F)
-    PF, Pf = _prefix(F), _prefix(first)
-    MF = _range_max(F)
-    j, s = np.indices((p, p))
-    leave = Pf[j + 1] + (PF[s + 1] - PF[j + 1]) + F[j] + (hops[None, :] - 1) * MF
-    leave = np.where(j <= s, leave, NEG).max(axis=0)
-    stay = Pf[1:]  # hops == 0: all on micro-batch 0
-    return np.where(hops >= 1, leave, stay) + np.arange(p) * delta
+    _, _, upper, s = _grids(p)
+    leave = (Pf[1:] - PF[1:] + F)[:, None] + PF[None, 1:] + (hops - 1)[None, :] * MF
+    leave = np.where(upper, leave, NEG).max(axis=0)
+    return np.where(hops >= 1, leave, Pf[1:]) + s * delta
 
 
-def backward_stair(B: np.ndarray, last: np.ndarray, start: np.ndarray, hops: np.ndarray, t: int, delta: float) -> np.ndarray:
-    """For each stage s >= t: the longest backward-only path from ``start[s]`` (the value of its
-    first node, on stage s) up to stage t's last backward, taking ``hops[s]`` micro-batch steps;
-    the last micro-batch's ops take ``last``. -inf for s < t."""
+def backward_stairs(B, last, PB, Pl, MB, start: np.ndarray, hops: np.ndarray, delta: float) -> np.ndarray:
+    """S[t, s] for s >= t (else -inf): the longest backward-only path from a first node worth
+    ``start[s]`` on stage s up to stage t's last backward, ``hops[s]`` micro-batch steps long (the
+    last micro-batch's ops take ``last``): its last step to the last micro-batch is on a stage
+    j in [t, s] and the others on the slowest stage of [j, s]."""
     p = len(B)
-    PB, Pl = _prefix(B), _prefix(last)
-    MB = _range_max(B)
-    j, s = np.indices((p, p))
-    climb = (PB[s] - PB[j]) + (Pl[j] - Pl[t]) + last[j] + (hops[None, :] - 1) * MB
-    climb = np.where((j >= t) & (j <= s), climb, NEG).max(axis=0)
-    direct = Pl[np.arange(p)] - Pl[t]  # hops == 0: start is already the last micro-batch
-    value = start + np.where(hops >= 1, climb, direct) + (np.arange(p) - t) * delta
-    return np.where(np.arange(p) >= t, value, NEG)
+    _, _, upper, s = _grids(p)
+    climb = (Pl[:-1] - PB[:-1] + last)[:, None] + PB[None, :-1] + (hops - 1)[None, :] * MB
+    climb = np.where(upper, climb, NEG)  # [j, s], j <= s
+    best = np.maximum.accumulate(climb[::-1], axis=0)[::-1]  # [t, s]: max over j in [t, s]
+    value = np.where(hops >= 1, best, Pl[None, :-1]) - Pl[:-1, None] + start[None, :]
+    value = value + (s[None, :] - s[:, None]) * delta
+    return np.where(upper, value, NEG)
 
 
 def gpipe_finish(F, first, B, last, m: int, delta: float, ends: list[int]) -> list[float]:
     """GPipe: end of stage t's last backward for each t in ``ends``."""
     p = len(F)
-    down = forward_stair(F, first, m, np.full(p, m - 1), delta)
-    start = np.where(m == 1, last, B)
-    return [float((down + backward_stair(B, last, start, np.full(p, m - 1), t, delta)).max()) for t in ends]
+    PF, Pf, PB, Pl = _prefix(F, first, B, last)
+    hops = np.full(p, m - 1)
+    down = forward_stair(F, first, PF, Pf, _range_max(F), hops, delta)
+    up = backward_stairs(B, last, PB, Pl, _range_max(B), last if m == 1 else B, hops, delta)
+    return (up[ends] + down[None, :]).max(axis=1).tolist()
 
 
 def one_f_one_b_finish(F, first, B, last, m: int, ends: list[int]) -> list[float]:
     """1F1B with no overlapped latency (delta = 0): end of stage t's last backward, t in ``ends``."""
     p = len(F)
-    s_idx = np.arange(p)
-    warm = p - 1 - s_idx  # w_s: warm-up forwards of stage s
     c = F + B
+    PF, Pf, PB, Pl, Pc = _prefix(F, first, B, last, c)
+    _, _, upper, s = _grids(p)
+    MF, MB, Mc = np.maximum.accumulate(np.where(upper, np.stack([F, B, c])[:, None, :], 0.0), axis=2)
+    warm = p - 1 - s  # w_s
     finish = np.full(len(ends), NEG)
 
-    # stages that never reach a 1F1B iteration (w_s >= m): GPipe-like turn
-    turn = warm >= m
+    turn = warm >= m  # never reach a 1F1B iteration: all forwards, then all backwards
     if turn.any():
-        down = np.where(turn, forward_stair(F, first, m, np.full(p, m - 1), 0.0), NEG)
-        start = np.where(m == 1, last, B)
-        for n, t in enumerate(ends):
-            up = backward_stair(B, last, start, np.full(p, m - 1), t, 0.0)
-            finish[n] = max(finish[n], (down + up).max())
+        hops = np.full(p, m - 1)
+        down = np.where(turn, forward_stair(F, first, PF, Pf, MF, hops, 0.0), NEG)
+        up = backward_stairs(B, last, PB, Pl, MB, last if m == 1 else B, hops, 0.0)
+        finish = np.maximum(finish, (up[ends] + down[None, :]).max(axis=1))
+        if turn.all():
+            return finish.tolist()
+    # warm-up: first op .. F(a, w_a) (w_a micro-batch steps); cool-down: after B(b, m-1) .. the end
+    wu = np.where(turn, NEG, forward_stair(F, first, PF, Pf, MF, warm, 0.0))
+    cd = backward_stairs(B, last, PB, Pl, MB, np.zeros(p), warm, 0.0)[ends]
+    # the steady walk from F(a, w_a) (excluded) to B(b, m-1) (included): down through the
+    # forwards of a+1..b, or up through the backwards of b+1..a (a-b iterations), and the
+    # m-1-w_a-(a-b)^+ = m-p+min(a,b) free iterations on the slowest stage of [min, max]
+    exit_node = np.where(s == p - 1, last, B)
+    spare_of_lo = (m - p + s).astype(float)
+    descend = (wu - PF[1:])[:, None] + (PF[1:] + exit_node)[None, :]  # a <= b
+    ascend = (wu + PB[1:])[:, None] + (exit_node - PB[1:])[None, :]  # a > b
+    walk = np.where(upper, descend + spare_of_lo[:, None] * Mc, ascend + spare_of_lo[None, :] * Mc.T)
+    steps = np.flatnonzero(c[1:] != c[:-1])  # c changes between stage k and k+1
+    if len(steps):
+        walk = np.maximum(walk, _detours(c, Pc, steps, descend, ascend, m))
+    walk = np.where(((m - p + np.minimum(s[:, None], s[None, :])) >= 0) & ~turn[None, :], walk, NEG)
+    reach = walk.max(axis=0)  # [b]
+    return np.maximum(finish, (reach[None, :] + cd).max(axis=1)).tolist()
 
-    steady = warm <= m - 1  # stages whose F(w_s) exists: warm-up can end there
-    if steady.any():
-        # warm-up: first op .. F(a, w_a), forward flow shop with w_a micro-batch steps
-        wu = np.where(steady, forward_stair(F, first, m, warm, 0.0), NEG)
-        x = _steady_walk(F, B, last, c, m, wu, steady)
-        for n, t in enumerate(ends):
-            # cool-down: after B(b, m-1) .. stage t's last op; w_b micro-batch steps upward
-            cd = backward_stair(B, last, np.zeros(p), warm, t, 0.0)
-            finish[n] = max(finish[n], (x + np.where(steady, cd, NEG)).max())
-    return [float(v) for v in finish]
 
-
-def _steady_walk(F, B, last, c, m: int, wu: np.ndarray, steady: np.ndarray) -> np.ndarray:
-    """X[b] = max over entry stages a of warm-up(a) + the best steady walk from F(a, w_a)
-    (excluded) to B(b, m-1) (included), with delta = 0."""
-    p = len(F)
-    a, b = np.indices((p, p))
-    n_layers = m - p + a  # m - 1 - w_a layers from the entry to the exit layer
-    forced = np.maximum(a - b, 0)  # upward steps the exit needs, one layer each
-    spare = n_layers - forced
-    PF, PB, Pc = _prefix(F), _prefix(B), _prefix(c)
-    down = PF[np.maximum(a, b) + 1] - PF[a + 1]  # forwards of stages a+1..b (a < b)
-    up = PB[a + 1] - PB[np.minimum(a, b) + 1]  # backwards of stages b+1..a (a > b)
-    exit_node = np.where(b == p - 1, last[b], B[b])
-    lo, hi = np.minimum(a, b), np.maximum(a, b)
-    best = spare * _range_max(c)[lo, hi]  # free layers on the slowest stage of the transit
-    # or go below hi to stage k (one layer per stage k, k-1, .., hi+1 for the step back up);
-    # the best such k is a prefix maximum of c below hi: hi + 1 or the first stage of a run
-    starts = [k for k in range(1, p) if c[k] != c[k - 1]]
-    for k in [None, *starts]:
-        kk = hi + 1 if k is None else np.full_like(hi, k)
-        ok = (kk > hi) & (kk < p)
-        kk = np.minimum(kk, p - 1)
-        value = (Pc[kk + 1] - Pc[hi + 1]) + (spare - (kk - hi)) * c[kk]
-        best = np.where(ok & (spare - (kk - hi) >= 0), np.maximum(best, value), best)
-    # or above lo to stage k (needs at least one layer there to turn back down)
-    ends_ = [k for k in range(p - 1) if c[k] != c[k + 1]]
-    for k in [None, *ends_]:
-        kk = lo - 1 if k is None else np.full_like(lo, k)
-        ok = (kk < lo) & (kk >= 0)
-        kk = np.maximum(kk, 0)
-        value = (Pc[lo + 1] - Pc[kk + 1]) + (spare - (lo - kk)) * c[kk]
-        best = np.where(ok & (spare - (lo - kk) >= 1), np.maximum(best, value), best)
-    walk = exit_node + down + up + best
-    valid = (spare >= 0) & steady[a] & steady[b]
-    return np.where(valid, wu[:, None] + walk, NEG).max(axis=0)
+def _detours(c, Pc, steps, descend, ascend, m: int) -> np.ndarray:
+    """Walks that leave [min(a, b), max(a, b)] for a slower stage k: down from the deeper end to
+    the first stage of a run (stepping back up costs one iteration per stage, worth c of the
+    stage left), or up from the shallower end to the last stage of a run, spending at least one
+    iteration there before turning down. Only stages where c steps up can beat staying inside."""
+    p = len(c)
+    _, _, upper, s = _grids(p)
+    lo = np.where(upper, s[:, None], s[None, :])
+    hi = np.where(upper, s[None, :], s[:, None])
+    spare = m - p + lo
+    base = np.where(upper, descend, ascend)
+    k = (steps + 1)[:, None, None]  # detour down from hi
+    gain = (Pc[k + 1] - Pc[hi + 1]) + (spare - (k - hi)) * c[k]
+    down = np.where((k > hi) & (spare - (k - hi) >= 0), gain, NEG).max(axis=0)
+    k = steps[:, None, None]  # detour up from lo
+    gain = (Pc[lo + 1] - Pc[k + 1]) + (spare - (lo - k)) * c[k]
+    up = np.where((k < lo) & (spare - (lo - k) >= 1), gain, NEG).max(axis=0)
+    return base + np.maximum(down, up)
