@@ -58,9 +58,12 @@ def _prefix(*xs: np.ndarray) -> np.ndarray:
 def forward_stair(F, first, PF, Pf, MF, hops: np.ndarray, delta: float) -> np.ndarray:
     """Longest forward-only path from the first op to micro-batch ``hops[s]`` on each stage s (a
     flow shop; micro-batch 0's ops take ``first``): it leaves micro-batch 0 on a stage j <= s and
-    spends its other forward steps on the slowest stage of [j, s]."""
+    spends its other forward steps on the slowest stage of [j, s] (without a slower first
+    forward: all of them on the slowest stage of [0, s])."""
     p = len(F)
     _, _, upper, s = _grids(p)
+    if first is F:
+        return PF[1:] + hops * MF[0] + s * delta
     leave = (Pf[1:] - PF[1:] + F)[:, None] + PF[None, 1:] + (hops - 1)[None, :] * MF
     leave = np.where(upper, leave, NEG).max(axis=0)
     return np.where(hops >= 1, leave, Pf[1:]) + s * delta
@@ -70,14 +73,19 @@ def backward_stairs(B, last, PB, Pl, MB, start: np.ndarray, hops: np.ndarray, de
     """S[t, s] for s >= t (else -inf): the longest backward-only path from a first node worth
     ``start[s]`` on stage s up to stage t's last backward, ``hops[s]`` micro-batch steps long (the
     last micro-batch's ops take ``last``): its last step to the last micro-batch is on a stage
-    j in [t, s] and the others on the slowest stage of [j, s]."""
+    j in [t, s] and the others on the slowest stage of [j, s] (without a slower last backward:
+    all of them on the slowest stage of [t, s])."""
     p = len(B)
     _, _, upper, s = _grids(p)
-    climb = (Pl[:-1] - PB[:-1] + last)[:, None] + PB[None, :-1] + (hops - 1)[None, :] * MB
-    climb = np.where(upper, climb, NEG)  # [j, s], j <= s
-    best = np.maximum.accumulate(climb[::-1], axis=0)[::-1]  # [t, s]: max over j in [t, s]
-    value = np.where(hops >= 1, best, Pl[None, :-1]) - Pl[:-1, None] + start[None, :]
-    value = value + (s[None, :] - s[:, None]) * delta
+    if last is B:
+        value = (start + PB[:-1])[None, :] - PB[:-1, None] + hops[None, :] * MB
+    else:
+        climb = (Pl[:-1] - PB[:-1] + last)[:, None] + PB[None, :-1] + (hops - 1)[None, :] * MB
+        climb = np.where(upper, climb, NEG)  # [j, s], j <= s
+        best = np.maximum.accumulate(climb[::-1], axis=0)[::-1]  # [t, s]: max over j in [t, s]
+        value = np.where(hops >= 1, best, Pl[None, :-1]) - Pl[:-1, None] + start[None, :]
+    if delta:
+        value = value + (s[None, :] - s[:, None]) * delta
     return np.where(upper, value, NEG)
 
 

@@ -3,8 +3,8 @@
 Identical micro-batches make the schedule a max-plus linear system whose steady state repeats:
 after a transient, adding R micro-batches (a multiple of the schedule's own period: 1 for
 1F1B/ZB-H1, p for interleaved 1F1B, 2 for DualPipe) delays everything after the steady part by the
-same Δ (max-plus theory: Baccelli et al., "Synchronization and Linearity", 1992, Thm. 3.109 —
-the sequence becomes eventually periodic). We do not assume when: we simulate m1 < m
+same Δ (max-plus theory: powers of a max-plus matrix become periodic, Baccelli, Cohen, Olsder
+and Quadrat, "Synchronization and Linearity", 1992, Ch. 3). We do not assume when: we simulate m1 < m
 micro-batches and look for a *certificate*. Cut every stage's op list before the first forward
 of micro-batch i (cut C) and of micro-batch i + R (cut C'). If
 
@@ -19,8 +19,12 @@ induction over the dependency graph; so every finish time grows by Δ per R micr
 m1 on. Without a certificate at m1 (the transient is longer: two stages whose cycles are nearly
 equally slow) m1 doubles, up to m itself, where the simulation is the answer.
 
-Cost: two simulations of m1 micro-batches (m1 ≈ a few p; more for a long transient), each a loop
-over the ops of a dependency graph compiled once per (schedule, p, v, m1) and cached.
+Cost: one simulation of m1 micro-batches (two when the period R is longer than the schedule's
+own, as with overlapped p2p latency), m1 starting where a certificate usually exists (1F1B 2p,
+ZB-H1 3p, interleaved and DualPipe 4p) and doubling while the transient lasts. The dependency
+graph is compiled once per (schedule, p, v, m1) and cached; a run evaluates it one dependency
+depth at a time with numpy. So the cost grows with p (p² ops, p²·v interleaved) and with the
+transient (long when two stages have nearly the same cycle time), never with m beyond that.
 """
 
 from __future__ import annotations
@@ -49,10 +53,10 @@ class Compiled:
     code: np.ndarray  # (n, 2) duration table rows: the op (or FB's forward half), FB's backward half
     work: np.ndarray  # (n, 2) StageWork stage index of those rows
     last_of_stage: np.ndarray  # index of each stage's last op
-    orders: list  # per stage, the op keys in execution order
+    levels: np.ndarray  # ops are numbered by dependency depth; level k is ops levels[k]..levels[k+1]-1
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=8)  # interleaved 1F1B at p=64, v=4 is ~130k ops, ~30 MB
 def compile_schedule(schedule: str, p: int, m: int, v: int) -> Compiled:
     """Build the dependency graph once; durations and p2p come per call."""
     orders = stage_orders(schedule, p, m, v)
@@ -123,9 +127,21 @@ def compile_schedule(schedule: str, p: int, m: int, v: int) -> Compiled:
                 cursor[s] += 1
                 remaining -= 1
     a = np.array(rows, dtype=np.int64)
-    return Compiled(keys=keys, stage=a[:, 0], position=a[:, 1], prev=a[:, 2], deps=a[:, 3:5],
+    # number the ops by dependency depth (a topological order in which each depth is one
+    # contiguous block of independent ops, evaluated together in ``run``)
+    depth_of = [0] * len(rows)
+    for i, row in enumerate(rows):
+        depth_of[i] = 1 + max((depth_of[j] for j in (row[2], row[3], row[4]) if j >= 0), default=-1)
+    order = np.argsort(np.array(depth_of), kind="stable")
+    renumber = np.empty(len(order) + 1, dtype=np.int64)
+    renumber[order] = np.arange(len(order))
+    renumber[-1] = -1
+    a = a[order]
+    a[:, 2:5] = renumber[a[:, 2:5]]
+    bounds = np.flatnonzero(np.diff(np.array(depth_of)[order], prepend=-1, append=-2)).astype(np.int64)
+    return Compiled(keys=[keys[i] for i in order], stage=a[:, 0], position=a[:, 1], prev=a[:, 2], deps=a[:, 3:5],
                     cross=a[:, 5:7].astype(bool), sends=a[:, 7].astype(bool), code=a[:, 8:10],
-                    work=a[:, 10:12], last_of_stage=np.array(last_index), orders=orders)
+                    work=a[:, 10:12], last_of_stage=renumber[np.array(last_index)], levels=bounds)
 
 
 def duration_table(works) -> np.ndarray:
@@ -140,23 +156,27 @@ def duration_table(works) -> np.ndarray:
 
 
 def run(c: Compiled, table: np.ndarray, p2p_s: float, overlap_p2p: bool) -> np.ndarray:
-    """End time of every op (longest path in topological order)."""
-    dur = (table[c.code[:, 0], c.work[:, 0]] + table[c.code[:, 1], c.work[:, 1]]).tolist()
-    hold = (c.sends * (0.0 if overlap_p2p else p2p_s)).tolist()
-    lat = (c.cross * p2p_s).tolist()
-    prev, d0, d1 = c.prev.tolist(), c.deps[:, 0].tolist(), c.deps[:, 1].tolist()
-    end = [0.0] * len(dur)
-    for i, duration in enumerate(dur):
-        j = prev[i]
-        t = end[j] + hold[j] if j >= 0 else 0.0
-        j = d0[i]
-        if j >= 0 and end[j] + lat[i][0] > t:
-            t = end[j] + lat[i][0]
-        j = d1[i]
-        if j >= 0 and end[j] + lat[i][1] > t:
-            t = end[j] + lat[i][1]
-        end[i] = t + duration
-    return np.array(end)
+    """End time of every op: the longest path, one dependency depth at a time (a Python loop
+    over the ops when the depths are too thin to pay for numpy calls). Index -1 is a sentinel
+    slot that stays 0.0, so a missing predecessor costs nothing."""
+    n = len(c.prev)
+    dur = table[c.code[:, 0], c.work[:, 0]] + table[c.code[:, 1], c.work[:, 1]]
+    hold = np.append(c.sends * (0.0 if overlap_p2p else p2p_s), 0.0)[c.prev]  # held after the previous op
+    if n < 8 * (len(c.levels) - 1):
+        lat = c.cross * p2p_s
+        end = [0.0] * (n + 1)
+        for i, (j, h, d0, l0, d1, l1, duration) in enumerate(zip(
+                c.prev.tolist(), hold.tolist(), c.deps[:, 0].tolist(), lat[:, 0].tolist(),
+                c.deps[:, 1].tolist(), lat[:, 1].tolist(), dur.tolist())):
+            end[i] = max(end[j] + h, end[d0] + l0, end[d1] + l1) + duration
+        return np.array(end[:-1])
+    preds = np.concatenate([c.prev[:, None], c.deps], axis=1)
+    adds = np.concatenate([hold[:, None], c.cross * p2p_s], axis=1)
+    end = np.zeros(n + 1)
+    bounds = c.levels.tolist()
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        end[lo:hi] = (end[preds[lo:hi]] + adds[lo:hi]).max(axis=1) + dur[lo:hi]
+    return end[:-1]
 
 
 def _relative(schedule: str, m: int):
@@ -195,7 +215,7 @@ def _forward_index(key: tuple) -> int | None:
     return None
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=256)
 def structure(schedule: str, p: int, v: int, m1: int, step: int) -> tuple[np.ndarray, np.ndarray] | None:
     """The frontier ops (before, after) of a certificate cut pair ``step`` micro-batches apart in
     the run of m1 micro-batches, or None when no such cut pair is valid (see module docstring)."""
@@ -205,7 +225,7 @@ def structure(schedule: str, p: int, v: int, m1: int, step: int) -> tuple[np.nda
     rel_a = _relative(schedule, m1)
     long_orders = [[_relative(schedule, m1 + r)(k) for k in o] for o in stage_orders(schedule, p, m1 + r, v)]
     keys = [rel_a(k) for k in c.keys]
-    orders = [[rel_a(k) for k in o] for o in c.orders]
+    orders = [[rel_a(k) for k in o] for o in stage_orders(schedule, p, m1, v)]
     per_direction = m1 // units
     unit = p if (schedule == "1f1b" and v > 1) else 1
     for i in range((per_direction - step) // unit * unit, 0, -unit)[:4]:
@@ -270,7 +290,10 @@ def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_
     table = duration_table(works)
     unit = p if (schedule == "1f1b" and v > 1) else 1  # steady pattern period, per direction
     units = 2 if schedule == "dualpipe" else 1
-    m1 = _valid_count(schedule, p, v, units * (4 * p + 4 * unit))
+    # where a certificate usually exists already (measured): 1F1B 2p, ZB-H1 3p, interleaved and
+    # DualPipe 4p micro-batches; a longer transient doubles it
+    start = {"zb-h1": 3 * p + 2, "dualpipe": 4 * p}.get(schedule, 4 * p if unit > 1 else 2 * p + 2)
+    m1 = _valid_count(schedule, p, v, start)
     while m1 < m:
         c = compile_schedule(schedule, p, m1, v)
         end = run(c, table, p2p_s, overlap_p2p)

@@ -113,14 +113,20 @@ def _closed_form(works, m: int, schedule: str, p2p_s: float, overlap_p2p: bool, 
     which is the same as a longer op whose output arrives when it ends."""
     p = len(works)
     F = np.array([w.forward_s for w in works], dtype=float)
-    first = np.array([w.forward_s if w.first_forward_s is None else w.first_forward_s for w in works], dtype=float)
     B = np.array([w.backward_s + w.weight_s for w in works], dtype=float)
-    last = np.array([w.backward_s + w.weight_s if w.last_backward_s is None else w.last_backward_s for w in works], dtype=float)
+    first, last = F, B  # the same arrays when no stage sets them: the closed forms simplify
+    if any(w.first_forward_s is not None for w in works):
+        first = np.array([w.forward_s if w.first_forward_s is None else w.first_forward_s for w in works], dtype=float)
+    if any(w.last_backward_s is not None for w in works):
+        last = np.array([w.backward_s + w.weight_s if w.last_backward_s is None else w.last_backward_s for w in works], dtype=float)
     hold = 0.0 if overlap_p2p else float(p2p_s)
     if hold:
         sends_forward = np.where(np.arange(p) < p - 1, hold, 0.0)
         sends_backward = np.where(np.arange(p) > 0, hold, 0.0)
-        F, first, B, last = F + sends_forward, first + sends_forward, B + sends_backward, last + sends_backward
+        plain_first, plain_last = first is F, last is B
+        F, B = F + sends_forward, B + sends_backward
+        first = F if plain_first else first + sends_forward
+        last = B if plain_last else last + sends_backward
     if schedule == "gpipe":
         finish = gpipe_finish(F, first, B, last, m, float(p2p_s) - hold, ends)
     else:
