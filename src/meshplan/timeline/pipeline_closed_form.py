@@ -43,16 +43,22 @@ def _grids(p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return i, j, j >= i, np.arange(p)
 
 
-def _range_max(x: np.ndarray) -> np.ndarray:
-    """M[i, j] = max(x[i..j]) for j >= i (0 below the diagonal, masked by callers; x >= 0)."""
-    _, _, upper, _ = _grids(len(x))
-    return np.maximum.accumulate(np.where(upper, x, 0.0), axis=1)
+def _range_max(*xs: np.ndarray) -> np.ndarray:
+    """M[n, i, j] = max(xs[n][i..j]) for j >= i (0 below the diagonal, masked by callers; x >= 0)."""
+    p = len(xs[0])
+    _, _, upper, _ = _grids(p)
+    rows = np.empty((len(xs), 1, p))
+    for n, x in enumerate(xs):
+        rows[n, 0] = x
+    return np.maximum.accumulate(np.where(upper, rows, 0.0), axis=2)
 
 
 def _prefix(*xs: np.ndarray) -> np.ndarray:
     """Rows P[k] = x[0] + ... + x[k-1] (length p + 1) for each x."""
-    rows = np.cumsum(np.stack(xs), axis=1)
-    return np.concatenate([np.zeros((len(xs), 1)), rows], axis=1)
+    out = np.zeros((len(xs), len(xs[0]) + 1))
+    for n, x in enumerate(xs):
+        out[n, 1:] = x
+    return np.cumsum(out, axis=1, out=out)
 
 
 def forward_stair(F, first, PF, Pf, MF, hops: np.ndarray, delta: float) -> np.ndarray:
@@ -93,9 +99,10 @@ def gpipe_finish(F, first, B, last, m: int, delta: float, ends: list[int]) -> li
     """GPipe: end of stage t's last backward for each t in ``ends``."""
     p = len(F)
     PF, Pf, PB, Pl = _prefix(F, first, B, last)
+    MF, MB = _range_max(F, B)
     hops = np.full(p, m - 1)
-    down = forward_stair(F, first, PF, Pf, _range_max(F), hops, delta)
-    up = backward_stairs(B, last, PB, Pl, _range_max(B), last if m == 1 else B, hops, delta)
+    down = forward_stair(F, first, PF, Pf, MF, hops, delta)
+    up = backward_stairs(B, last, PB, Pl, MB, last if m == 1 else B, hops, delta)
     return (up[ends] + down[None, :]).max(axis=1).tolist()
 
 
@@ -104,53 +111,56 @@ def one_f_one_b_finish(F, first, B, last, m: int, ends: list[int]) -> list[float
     p = len(F)
     c = F + B
     PF, Pf, PB, Pl, Pc = _prefix(F, first, B, last, c)
+    MF, MB, Mc = _range_max(F, B, c)
     _, _, upper, s = _grids(p)
-    MF, MB, Mc = np.maximum.accumulate(np.where(upper, np.stack([F, B, c])[:, None, :], 0.0), axis=2)
     warm = p - 1 - s  # w_s
     finish = np.full(len(ends), NEG)
-
-    turn = warm >= m  # never reach a 1F1B iteration: all forwards, then all backwards
-    if turn.any():
+    if m <= p - 1:  # stages with w_s >= m never run a 1F1B iteration: all forwards, then all backwards
+        turn = warm >= m
         hops = np.full(p, m - 1)
         down = np.where(turn, forward_stair(F, first, PF, Pf, MF, hops, 0.0), NEG)
         up = backward_stairs(B, last, PB, Pl, MB, last if m == 1 else B, hops, 0.0)
         finish = np.maximum(finish, (up[ends] + down[None, :]).max(axis=1))
-        if turn.all():
+        if m == 0:
             return finish.tolist()
     # warm-up: first op .. F(a, w_a) (w_a micro-batch steps); cool-down: after B(b, m-1) .. the end
-    wu = np.where(turn, NEG, forward_stair(F, first, PF, Pf, MF, warm, 0.0))
+    wu = forward_stair(F, first, PF, Pf, MF, warm, 0.0)
     cd = backward_stairs(B, last, PB, Pl, MB, np.zeros(p), warm, 0.0)[ends]
     # the steady walk from F(a, w_a) (excluded) to B(b, m-1) (included): down through the
     # forwards of a+1..b, or up through the backwards of b+1..a (a-b iterations), and the
-    # m-1-w_a-(a-b)^+ = m-p+min(a,b) free iterations on the slowest stage of [min, max]
-    exit_node = np.where(s == p - 1, last, B)
-    spare_of_lo = (m - p + s).astype(float)
-    descend = (wu - PF[1:])[:, None] + (PF[1:] + exit_node)[None, :]  # a <= b
-    ascend = (wu + PB[1:])[:, None] + (exit_node - PB[1:])[None, :]  # a > b
-    walk = np.where(upper, descend + spare_of_lo[:, None] * Mc, ascend + spare_of_lo[None, :] * Mc.T)
-    steps = np.flatnonzero(c[1:] != c[:-1])  # c changes between stage k and k+1
-    if len(steps):
-        walk = np.maximum(walk, _detours(c, Pc, steps, descend, ascend, m))
-    walk = np.where(((m - p + np.minimum(s[:, None], s[None, :])) >= 0) & ~turn[None, :], walk, NEG)
+    # m-1-w_a-(a-b)^+ = m-p+min(a,b) free iterations (best[min, max])
+    exit_node = B.copy()
+    exit_node[-1] = last[-1]
+    best = _free_iterations(c, Pc, Mc, m)
+    descend = (wu - PF[1:])[:, None] + (PF[1:] + exit_node)[None, :] + best  # a <= b
+    ascend = (wu + PB[1:])[:, None] + (exit_node - PB[1:])[None, :] + best.T  # a > b
+    walk = np.where(upper, descend, ascend)
+    if m <= p - 1:  # the walk needs both ends in steady iterations (w <= m - 1)
+        steady = warm <= m - 1
+        walk = np.where(steady[:, None] & steady[None, :], walk, NEG)
     reach = walk.max(axis=0)  # [b]
     return np.maximum(finish, (reach[None, :] + cd).max(axis=1)).tolist()
 
 
-def _detours(c, Pc, steps, descend, ascend, m: int) -> np.ndarray:
-    """Walks that leave [min(a, b), max(a, b)] for a slower stage k: down from the deeper end to
-    the first stage of a run (stepping back up costs one iteration per stage, worth c of the
-    stage left), or up from the shallower end to the last stage of a run, spending at least one
-    iteration there before turning down. Only stages where c steps up can beat staying inside."""
+def _free_iterations(c, Pc, Mc, m: int) -> np.ndarray:
+    """best[lo, hi] (lo <= hi): the most the m-p+lo free iterations of a walk spanning stages
+    lo..hi are worth: all on the slowest stage of [lo, hi], or on a slower stage k found by a
+    detour down from hi (stepping back up costs one iteration per stage, worth c of the stage
+    left) or up from lo (at least one iteration there before turning down). Only a stage where c
+    steps up can beat staying inside. -inf where lo > hi or there are too few iterations."""
     p = len(c)
     _, _, upper, s = _grids(p)
-    lo = np.where(upper, s[:, None], s[None, :])
-    hi = np.where(upper, s[None, :], s[:, None])
-    spare = m - p + lo
-    base = np.where(upper, descend, ascend)
-    k = (steps + 1)[:, None, None]  # detour down from hi
-    gain = (Pc[k + 1] - Pc[hi + 1]) + (spare - (k - hi)) * c[k]
-    down = np.where((k > hi) & (spare - (k - hi) >= 0), gain, NEG).max(axis=0)
-    k = steps[:, None, None]  # detour up from lo
-    gain = (Pc[lo + 1] - Pc[k + 1]) + (spare - (lo - k)) * c[k]
-    up = np.where((k < lo) & (spare - (lo - k) >= 1), gain, NEG).max(axis=0)
-    return base + np.maximum(down, up)
+    spare = (m - p + s).astype(float)  # by lo
+    best = np.where(upper & (spare >= 0)[:, None], spare[:, None] * Mc, NEG)
+    steps = np.flatnonzero(c[1:] != c[:-1])  # c changes between stage k and k+1
+    if len(steps):
+        k = (steps + 1)[:, None]  # below hi: deficit sum_{hi < s <= k} (c_k - c_s), needs k - hi iterations
+        deficit = (k - s) * c[k] - (Pc[k + 1] - Pc[s + 1])
+        gain = spare[None, :, None] * c[k][:, :, None] - deficit[:, None, :]
+        ok = (k[:, :, None] > s[None, None, :]) & (spare[None, :, None] >= (k - s)[:, None, :])
+        best = np.maximum(best, np.where(ok & upper, gain, NEG).max(axis=0))
+        k = steps[:, None]  # above lo: deficit sum_{k < s <= lo} (c_k - c_s), needs lo - k + 1
+        deficit = (s - k) * c[k] - (Pc[s + 1] - Pc[k + 1])
+        gain = np.where((k < s) & (spare >= s - k + 1), spare * c[k] - deficit, NEG).max(axis=0)
+        best = np.maximum(best, np.where(upper, gain[:, None], NEG))
+    return best

@@ -37,13 +37,22 @@ import numpy as np
 from meshplan.timeline.pipeline_orders import device_of, stage_orders
 
 KIND_F, KIND_FF, KIND_BW, KIND_BWL, KIND_B, KIND_W, KIND_WL, KIND_PF, KIND_PFF, KIND_PB, KIND_PBL, KIND_NONE = range(12)
+KEY_KINDS = ("F", "B", "b", "W", "FB")
+
+
+def _key(c: "Compiled", i: int) -> tuple:
+    """The op key of op i, as ``stage_orders`` spells it."""
+    kind, mb, pos, mb_b, pos_b = c.keys[i].tolist()
+    if kind == 4:
+        return ("FB", mb, pos, mb_b, pos_b)
+    return (KEY_KINDS[kind], mb, pos)
 
 
 @dataclass(frozen=True)
 class Compiled:
     """A schedule's dependency graph for one (schedule, p, v, m), without durations."""
 
-    keys: list  # op keys in a topological order
+    keys: np.ndarray  # (n, 5) op keys: kind code (KEY_KINDS), micro-batch, position, FB's backward micro-batch and position
     stage: np.ndarray  # stage (device) of each op
     position: np.ndarray  # index in its stage's order
     prev: np.ndarray  # previous op on the same stage, -1 for none
@@ -54,9 +63,10 @@ class Compiled:
     work: np.ndarray  # (n, 2) StageWork stage index of those rows
     last_of_stage: np.ndarray  # index of each stage's last op
     levels: np.ndarray  # ops are numbered by dependency depth; level k is ops levels[k]..levels[k+1]-1
+    preds: np.ndarray  # (3, n): prev and the two deps, as ``run`` gathers them
 
 
-@lru_cache(maxsize=8)  # interleaved 1F1B at p=64, v=4 is ~130k ops, ~30 MB
+@lru_cache(maxsize=64)  # ~70 bytes per op: interleaved 1F1B at p=64, v=4 (130k ops) is ~9 MB
 def compile_schedule(schedule: str, p: int, m: int, v: int) -> Compiled:
     """Build the dependency graph once; durations and p2p come per call."""
     orders = stage_orders(schedule, p, m, v)
@@ -138,10 +148,14 @@ def compile_schedule(schedule: str, p: int, m: int, v: int) -> Compiled:
     renumber[-1] = -1
     a = a[order]
     a[:, 2:5] = renumber[a[:, 2:5]]
-    bounds = np.flatnonzero(np.diff(np.array(depth_of)[order], prepend=-1, append=-2)).astype(np.int64)
-    return Compiled(keys=[keys[i] for i in order], stage=a[:, 0], position=a[:, 1], prev=a[:, 2], deps=a[:, 3:5],
-                    cross=a[:, 5:7].astype(bool), sends=a[:, 7].astype(bool), code=a[:, 8:10],
-                    work=a[:, 10:12], last_of_stage=renumber[np.array(last_index)], levels=bounds)
+    bounds = np.flatnonzero(np.diff(np.array(depth_of)[order], prepend=-1, append=-2))
+    codes = {k: n for n, k in enumerate(KEY_KINDS)}
+    key_rows = np.array([(codes[k[0]], k[1], k[2], *(k[3:] if k[0] == "FB" else (-1, -1))) for k in keys], dtype=np.int32)
+    small = a.astype(np.int32)
+    return Compiled(keys=key_rows[order], stage=small[:, 0], position=small[:, 1], prev=small[:, 2], deps=small[:, 3:5],
+                    cross=a[:, 5:7].astype(bool), sends=a[:, 7].astype(bool), code=small[:, 8:10],
+                    work=small[:, 10:12], last_of_stage=renumber[np.array(last_index)], levels=bounds,
+                    preds=np.ascontiguousarray(a[:, 2:5].T))
 
 
 def duration_table(works) -> np.ndarray:
@@ -162,7 +176,7 @@ def run(c: Compiled, table: np.ndarray, p2p_s: float, overlap_p2p: bool) -> np.n
     n = len(c.prev)
     dur = table[c.code[:, 0], c.work[:, 0]] + table[c.code[:, 1], c.work[:, 1]]
     hold = np.append(c.sends * (0.0 if overlap_p2p else p2p_s), 0.0)[c.prev]  # held after the previous op
-    if n < 8 * (len(c.levels) - 1):
+    if n < 12 * (len(c.levels) - 1):
         lat = c.cross * p2p_s
         end = [0.0] * (n + 1)
         for i, (j, h, d0, l0, d1, l1, duration) in enumerate(zip(
@@ -170,12 +184,17 @@ def run(c: Compiled, table: np.ndarray, p2p_s: float, overlap_p2p: bool) -> np.n
                 c.deps[:, 1].tolist(), lat[:, 1].tolist(), dur.tolist())):
             end[i] = max(end[j] + h, end[d0] + l0, end[d1] + l1) + duration
         return np.array(end[:-1])
-    preds = np.concatenate([c.prev[:, None], c.deps], axis=1)
-    adds = np.concatenate([hold[:, None], c.cross * p2p_s], axis=1)
+    preds = c.preds
+    adds = np.stack([hold, *(c.cross * p2p_s).T])
     end = np.zeros(n + 1)
     bounds = c.levels.tolist()
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        end[lo:hi] = (end[preds[lo:hi]] + adds[lo:hi]).max(axis=1) + dur[lo:hi]
+        ready = end[preds[:, lo:hi]]
+        ready += adds[:, lo:hi]
+        t = np.maximum(ready[0], ready[1])
+        np.maximum(t, ready[2], out=t)
+        t += dur[lo:hi]
+        end[lo:hi] = t
     return end[:-1]
 
 
@@ -224,7 +243,6 @@ def structure(schedule: str, p: int, v: int, m1: int, step: int) -> tuple[np.nda
     r = step * units
     rel_a = _relative(schedule, m1)
     long_orders = [[_relative(schedule, m1 + r)(k) for k in o] for o in stage_orders(schedule, p, m1 + r, v)]
-    keys = [rel_a(k) for k in c.keys]
     orders = [[rel_a(k) for k in o] for o in stage_orders(schedule, p, m1, v)]
     per_direction = m1 // units
     unit = p if (schedule == "1f1b" and v > 1) else 1
@@ -238,7 +256,7 @@ def structure(schedule: str, p: int, v: int, m1: int, step: int) -> tuple[np.nda
         rho = cut_b - cut_a
         partner = {(int(c.stage[x]), int(c.position[x] + rho[c.stage[x]])): int(x) for x in front_a}
         xs = [partner.get((int(c.stage[y]), int(c.position[y]))) for y in front_b]
-        if any(x is None or _shift(keys[x], step) != keys[y] for x, y in zip(xs, front_b)):
+        if any(x is None or _shift(rel_a(_key(c, x)), step) != rel_a(_key(c, y)) for x, y in zip(xs, front_b)):
             continue
         inserted = all(
             long_orders[s][: cut_b[s]] == orders[s][: cut_b[s]]

@@ -13,16 +13,19 @@ Schedules (``schedule``):
   of deepseek-ai/DualPipe: two directions fed from both ends, device r holding stage r of one and
   stage p-1-r of the other; paired forward and backward chunks overlap ("F&B", ``paired_s``).
 
-``simulate`` unrolls every op (the reference); ``pipeline_time`` computes the same makespan fast,
-exactly, at a cost that does not grow with the number of micro-batches:
+``simulate`` unrolls every op (the reference); ``pipeline_time`` computes the same numbers
+exactly (to rounding) without unrolling all micro-batches:
 
 - gpipe, and 1f1b without interleaving when p2p latency does not overlap compute (p2p_s = 0, or
-  overlap_p2p=False): closed-form longest paths (``pipeline_closed_form``), O(p²) numpy on
-  p-vectors.
+  overlap_p2p=False): closed-form longest paths (``pipeline_closed_form``), a few dozen numpy
+  operations on p x p arrays whatever m is (about 0.1-0.4 ms for p = 16-64,
+  benchmarks/bench_pipeline.py).
 - everything else (1f1b with overlapped latency, interleaved 1f1b, zb-h1, dualpipe): a bounded
-  simulation with a periodicity certificate (``pipeline_periodic``): a few p micro-batches are
-  simulated, more only while the transient lasts, so the cost grows with p (and with v for
-  interleaving) and with how close two stages' cycle times are, not with m.
+  simulation with a periodicity certificate (``pipeline_periodic``): 2p-4p micro-batches are
+  simulated and extrapolated, so the cost grows with p² (p²·v interleaved; about 1-6 ms at
+  p = 16, 4-25 ms at p = 64) but not with m, except while the steady state has not settled:
+  when two stage kinds have nearly the same cycle time the transient is long, the simulated
+  prefix doubles, and in the worst case all m micro-batches are simulated.
 
 p2p_s is one activation or gradient send between neighbouring stages. With overlap_p2p the send
 runs on its own stream: the receiver can start p2p_s after the sender's op ended and the sender
@@ -85,18 +88,20 @@ def pipeline_time(stages: Sequence[StageWork], micro_batches: int, schedule: str
     an entry's bubble and finish are the largest over the devices r in its range.
     """
     works = _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p)
-    p, m = len(works), micro_batches
+    m, ranges = micro_batches, _entry_ranges(stages)
     if schedule == "gpipe" or (schedule == "1f1b" and virtual == 1 and (p2p_s == 0 or not overlap_p2p)):
-        finish = _closed_form(works, m, schedule, p2p_s, overlap_p2p, _entry_starts(stages))
-        finish_by_entry = finish
+        finish = _closed_form(stages, m, schedule, p2p_s, overlap_p2p, [r.start for r in ranges])
+        total = max(finish)
     else:
         per_stage = periodic_finish(schedule, works, m, virtual, float(p2p_s), bool(overlap_p2p))
-        finish_by_entry = [float(per_stage[list(rng)].max()) for rng in _entry_ranges(stages)]
-        finish = [float(per_stage.max())]
-    total = max(finish)
-    busy = _busy(works, m, schedule, virtual)
-    bubble = tuple(float(total - min(busy[s] for s in rng)) for rng in _entry_ranges(stages))
-    return PipelineTime(total_s=float(total), bubble_s=bubble, finish_s=tuple(float(f) for f in finish_by_entry))
+        finish = [float(per_stage[r.start:r.stop].max()) for r in ranges]
+        total = float(per_stage.max())
+    if schedule == "dualpipe":
+        busy = _dualpipe_busy(works, m)
+        idle = [total - min(busy[r.start:r.stop]) for r in ranges]
+    else:
+        idle = [total - virtual * _chunk_busy(w, m) for w in stages]
+    return PipelineTime(total_s=float(total), bubble_s=tuple(float(x) for x in idle), finish_s=tuple(float(f) for f in finish))
 
 
 def simulate(stages: Sequence[StageWork], micro_batches: int, schedule: str = "1f1b", virtual: int = 1,
@@ -107,26 +112,27 @@ def simulate(stages: Sequence[StageWork], micro_batches: int, schedule: str = "1
     return simulate_orders(works, schedule, micro_batches, virtual, float(p2p_s), bool(overlap_p2p))
 
 
-def _closed_form(works, m: int, schedule: str, p2p_s: float, overlap_p2p: bool, ends: list[int]) -> list[float]:
+def _closed_form(stages, m: int, schedule: str, p2p_s: float, overlap_p2p: bool, ends: list[int]) -> list[float]:
     """gpipe / 1f1b finish of each stage in ``ends`` (the latest stage of its entry), from the
     effective per-stage durations: without overlap a sending op holds its stage p2p_s longer,
     which is the same as a longer op whose output arrives when it ends."""
-    p = len(works)
-    F = np.array([w.forward_s for w in works], dtype=float)
-    B = np.array([w.backward_s + w.weight_s for w in works], dtype=float)
+    counts = [w.count for w in stages]
+    p = sum(counts)
+    F = np.repeat([float(w.forward_s) for w in stages], counts)
+    B = np.repeat([float(w.backward_s + w.weight_s) for w in stages], counts)
     first, last = F, B  # the same arrays when no stage sets them: the closed forms simplify
-    if any(w.first_forward_s is not None for w in works):
-        first = np.array([w.forward_s if w.first_forward_s is None else w.first_forward_s for w in works], dtype=float)
-    if any(w.last_backward_s is not None for w in works):
-        last = np.array([w.backward_s + w.weight_s if w.last_backward_s is None else w.last_backward_s for w in works], dtype=float)
+    if any(w.first_forward_s is not None for w in stages):
+        first = np.repeat([float(w.forward_s if w.first_forward_s is None else w.first_forward_s) for w in stages], counts)
+    if any(w.last_backward_s is not None for w in stages):
+        last = np.repeat([float(w.backward_s + w.weight_s if w.last_backward_s is None else w.last_backward_s) for w in stages], counts)
     hold = 0.0 if overlap_p2p else float(p2p_s)
-    if hold:
-        sends_forward = np.where(np.arange(p) < p - 1, hold, 0.0)
-        sends_backward = np.where(np.arange(p) > 0, hold, 0.0)
+    if hold and p > 1:
         plain_first, plain_last = first is F, last is B
-        F, B = F + sends_forward, B + sends_backward
-        first = F if plain_first else first + sends_forward
-        last = B if plain_last else last + sends_backward
+        F, B = F.copy(), B.copy()
+        F[:-1] += hold  # a forward sends unless on the last stage
+        B[1:] += hold  # a backward sends unless on the first stage
+        first = F if plain_first else first + np.where(np.arange(p) < p - 1, hold, 0.0)
+        last = B if plain_last else last + np.where(np.arange(p) > 0, hold, 0.0)
     if schedule == "gpipe":
         finish = gpipe_finish(F, first, B, last, m, float(p2p_s) - hold, ends)
     else:
@@ -134,28 +140,29 @@ def _closed_form(works, m: int, schedule: str, p2p_s: float, overlap_p2p: bool, 
     return [f - (hold if t > 0 else 0.0) for f, t in zip(finish, ends)]  # the last op (a send) ends before its hold
 
 
-def _busy(works, m: int, schedule: str, v: int) -> list[float]:
-    """Per stage (device), the time its ops compute."""
-    def chunk_s(w: StageWork, n: int) -> float:
-        full = w.backward_s + w.weight_s
-        first = w.forward_s if w.first_forward_s is None else w.first_forward_s
-        last = full if w.last_backward_s is None else w.last_backward_s
-        return n * (w.forward_s + full) + (first - w.forward_s) + (last - full)
+def _chunk_busy(w: StageWork, n: int) -> float:
+    """Compute time of one model chunk of a stage over n micro-batches."""
+    full = w.backward_s + w.weight_s
+    first = w.forward_s if w.first_forward_s is None else w.first_forward_s
+    last = full if w.last_backward_s is None else w.last_backward_s
+    return n * (w.forward_s + full) + (first - w.forward_s) + (last - full)
 
-    if schedule != "dualpipe":
-        return [v * chunk_s(w, m) for w in works]
+
+def _dualpipe_busy(works: list[StageWork], m: int) -> list[float]:
+    """Per device, the compute time of its two chunks (stage r of one direction, p-1-r of the
+    other) less what DualPipe.step's overlapped F&B steps save."""
     p, half, half_m = len(works), len(works) // 2, m // 2
     busy = []
     for r in range(p):
         hr = min(r, p - 1 - r)
         near, far = works[hr], works[p - 1 - hr]  # the stages of the device's phase 0 and phase 1
-        steady = half_m - p + hr + 1  # DualPipe.step's step 4 iterations
+        steady = half_m - p + hr + 1  # step 4 iterations
         pair_fb = steady - (r in (half - 1, half))  # F(phase 0) & B(phase 1)
         pair_bf = steady + half - hr - 1  # F(phase 1) & B(phase 0), steps 4 and 5
         mean_pair = (_paired(near) + _paired(far)) / 2
         saved = pair_fb * (near.forward_s + far.backward_s + far.weight_s - mean_pair)
         saved += pair_bf * (far.forward_s + near.backward_s + near.weight_s - mean_pair)
-        busy.append(chunk_s(near, half_m) + chunk_s(far, half_m) - saved)
+        busy.append(_chunk_busy(near, half_m) + _chunk_busy(far, half_m) - saved)
     return busy
 
 
@@ -169,10 +176,6 @@ def _entry_ranges(stages: Sequence[StageWork]) -> list[range]:
         out.append(range(start, start + w.count))
         start += w.count
     return out
-
-
-def _entry_starts(stages: Sequence[StageWork]) -> list[int]:
-    return [r.start for r in _entry_ranges(stages)]
 
 
 def _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p) -> list[StageWork]:
