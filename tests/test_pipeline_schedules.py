@@ -173,6 +173,21 @@ def test_cost_does_not_grow_with_micro_batches():
     assert large.total_s - small.total_s == pytest.approx(10**6 * 5.3, rel=1e-12)
 
 
+@pytest.mark.parametrize("schedule,virtual,p2p", [("1f1b", 1, 0.01), ("1f1b", 2, 0.0), ("zb-h1", 1, 0.0), ("dualpipe", 1, 0.0)])
+def test_nearly_equal_stages_are_still_exact(schedule, virtual, p2p):
+    """First and last stage within 0.1% of each other: the slower one takes over only after
+    hundreds of micro-batches, so the extrapolation inserts the steady periods as max-plus
+    matrix powers instead of a constant step (dualpipe's devices each hold a first-half and a
+    last-half stage, so there it settles at once); it must still match the simulation."""
+    stages = [StageWork(1.101, 2.202, 0.3), StageWork(1.0, 2.0, 0.3, count=6), StageWork(1.1, 2.2, 0.3)]
+    m = 320
+    total, bubble, finish = reference(stages, m, schedule, virtual, p2p, True)
+    fast = pipeline_time(stages, m, schedule, virtual, p2p)
+    assert fast.total_s == pytest.approx(total, rel=1e-9)
+    assert fast.finish_s == pytest.approx(finish, rel=1e-9)
+    assert fast.bubble_s == pytest.approx(bubble, rel=1e-9, abs=1e-9 * total)
+
+
 # Properties
 
 stage_work = st.builds(

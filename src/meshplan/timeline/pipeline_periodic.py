@@ -16,15 +16,17 @@ of micro-batch i (cut C) and of micro-batch i + R (cut C'). If
 
 then the ops after C' of the longer schedule are those after C of the shorter one, Δ later, by
 induction over the dependency graph; so every finish time grows by Δ per R micro-batches from
-m1 on. Without a certificate at m1 (the transient is longer: two stages whose cycles are nearly
-equally slow) m1 doubles, up to m itself, where the simulation is the answer.
+m1 on. Without that (the transient is longer: two stages whose cycles are nearly equally slow)
+the same cuts still make the frontier at C' a max-plus linear function of the frontier at C,
+and the missing periods are inserted as powers of that small matrix (``_matrix_power_finish``).
 
 Cost: one simulation of m1 micro-batches (two when the period R is longer than the schedule's
-own, as with overlapped p2p latency), m1 starting where a certificate usually exists (1F1B 2p,
-ZB-H1 3p, interleaved and DualPipe 4p) and doubling while the transient lasts. The dependency
-graph is compiled once per (schedule, p, v, m1) and cached; a run evaluates it one dependency
-depth at a time with numpy. So the cost grows with p (p² ops, p²·v interleaved) and with the
-transient (long when two stages have nearly the same cycle time), never with m beyond that.
+own, as with overlapped p2p latency), m1 = 2p (1F1B), 3p (ZB-H1), 4p (interleaved, DualPipe)
+micro-batches, where a certificate usually exists already (measured). The dependency graph is
+compiled once per (schedule, p, v, m1) and cached; a run evaluates it one dependency depth at a
+time with numpy. Without a certificate the matrix powers add two passes over the graph and
+log2(m) products of F x F matrices. So the cost grows with p (p² ops, p²·v interleaved), not
+with m (beyond log m in the unsettled case).
 """
 
 from __future__ import annotations
@@ -235,9 +237,10 @@ def _forward_index(key: tuple) -> int | None:
 
 
 @lru_cache(maxsize=256)
-def structure(schedule: str, p: int, v: int, m1: int, step: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The frontier ops (before, after) of a certificate cut pair ``step`` micro-batches apart in
-    the run of m1 micro-batches, or None when no such cut pair is valid (see module docstring)."""
+def structure(schedule: str, p: int, v: int, m1: int, step: int) -> tuple[np.ndarray, ...] | None:
+    """(frontier ops at C, their counterparts at C', cut C, cut C') for a cut pair ``step``
+    micro-batches apart in the run of m1 micro-batches, or None when no such cut pair is valid
+    (see module docstring)."""
     c = compile_schedule(schedule, p, m1, v)
     units = 2 if schedule == "dualpipe" else 1
     r = step * units
@@ -264,7 +267,7 @@ def structure(schedule: str, p: int, v: int, m1: int, step: int) -> tuple[np.nda
             for s in range(p)
         )
         if inserted:
-            return np.array(xs), np.array(front_b)
+            return np.array(xs), np.array(front_b), cut_a, cut_b
     return None
 
 
@@ -309,29 +312,73 @@ def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_
     unit = p if (schedule == "1f1b" and v > 1) else 1  # steady pattern period, per direction
     units = 2 if schedule == "dualpipe" else 1
     # where a certificate usually exists already (measured): 1F1B 2p, ZB-H1 3p, interleaved and
-    # DualPipe 4p micro-batches; a longer transient doubles it
+    # DualPipe 4p micro-batches
     start = {"zb-h1": 3 * p + 2, "dualpipe": 4 * p}.get(schedule, 4 * p if unit > 1 else 2 * p + 2)
     m1 = _valid_count(schedule, p, v, start)
-    while m1 < m:
-        c = compile_schedule(schedule, p, m1, v)
-        end = run(c, table, p2p_s, overlap_p2p)
-        scale = 1e-11 * max(1.0, float(end.max()))
-        for step in range(unit, max(2 * p, 2 * unit) + 1, unit):
-            if step * units * 3 > m1:
-                break
-            cert = structure(schedule, p, v, m1, step)
-            if cert is None:
-                continue
-            xs, ys = cert
-            gaps = end[ys] - end[xs]
-            if np.ptp(gaps) > scale:
-                continue
-            r = step * units
-            m2 = m1 + (m - m1) % r
-            if m2 != m1:
-                c, end = compile_schedule(schedule, p, m2, v), None
-                end = run(c, table, p2p_s, overlap_p2p)
-            return end[c.last_of_stage] + (m - m2) // r * float(gaps.mean())
+    while m1 < m and structure(schedule, p, v, m1, unit) is None:  # too short for a cut pair
         m1 = _valid_count(schedule, p, v, 2 * m1)
-    c = compile_schedule(schedule, p, m, v)
-    return run(c, table, p2p_s, overlap_p2p)[c.last_of_stage]
+    c = compile_schedule(schedule, p, min(m1, m), v)
+    end = run(c, table, p2p_s, overlap_p2p)
+    if m1 >= m:
+        return end[c.last_of_stage]
+    scale = 1e-11 * max(1.0, float(end.max()))
+    for step in range(unit, max(2 * p, 2 * unit) + 1, unit):
+        if step * units * 3 > m1:
+            break
+        cert = structure(schedule, p, v, m1, step)
+        if cert is None:
+            continue
+        gaps = end[cert[1]] - end[cert[0]]
+        if np.ptp(gaps) > scale:
+            continue
+        r = step * units
+        m2 = m1 + (m - m1) % r
+        if m2 != m1:
+            c = compile_schedule(schedule, p, m2, v)
+            end = run(c, table, p2p_s, overlap_p2p)
+        return end[c.last_of_stage] + (m - m2) // r * float(gaps.mean())
+    return _matrix_power_finish(c, table, p2p_s, overlap_p2p, end, structure(schedule, p, v, m1, unit), (m - m1) // (unit * units))
+
+
+def _matrix_power_finish(c: Compiled, table, p2p_s, overlap_p2p, end, cut_pair, periods: int) -> np.ndarray:
+    """The steady state has not settled by m1 (stages with nearly equal cycle times): insert the
+    ``periods`` missing steady periods as max-plus matrix powers. The frontier at C' is a max-plus
+    linear function of the frontier at C (A, one pass over one period) and the stage finishes of
+    the frontier at C' (S, one pass over the rest), so the finishes are S ⊗ A^periods ⊗ y0 with y0
+    the frontier at C' of this run: log2(periods) squarings of an F x F matrix, F the frontier size
+    (about 2p for 1F1B)."""
+    xs, ys, cut_a, cut_b = cut_pair
+    early_a = c.position < cut_a[c.stage]
+    early_b = c.position < cut_b[c.stage]
+    transfer = _transfer(c, table, p2p_s, overlap_p2p, xs, ~early_a & early_b, ys)
+    finishes = _transfer(c, table, p2p_s, overlap_p2p, ys, ~early_b, c.last_of_stage)
+    y = end[ys]
+    while periods:
+        if periods & 1:
+            y = (transfer + y[None, :]).max(axis=1)
+        periods >>= 1
+        if periods:
+            transfer = (transfer[:, :, None] + transfer[None, :, :]).max(axis=1)
+    return (finishes + y[None, :]).max(axis=1)
+
+
+def _transfer(c: Compiled, table, p2p_s, overlap_p2p, inputs: np.ndarray, region: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+    """T[j, i]: the longest path from the end of op inputs[i] to the end of op outputs[j] through
+    the ops of ``region`` (-inf if none); every predecessor of a region op is an input or in the
+    region (the cuts are closed)."""
+    n, k = len(c.prev), len(inputs)
+    dur = table[c.code[:, 0], c.work[:, 0]] + table[c.code[:, 1], c.work[:, 1]]
+    hold = np.append(c.sends * (0.0 if overlap_p2p else p2p_s), 0.0)[c.prev]
+    adds = np.stack([hold, *(c.cross * p2p_s).T])
+    ops = np.flatnonzero(region)
+    row_of = np.full(n + 1, k + len(ops))  # everything else: the sentinel row, no path
+    row_of[inputs] = np.arange(k)
+    row_of[ops] = k + np.arange(len(ops))
+    values = np.full((k + len(ops) + 1, k), -np.inf)
+    values[np.arange(k), np.arange(k)] = 0.0
+    depth = np.searchsorted(c.levels, ops, side="right")  # ops are numbered by depth
+    for level in np.unique(depth):
+        idx = ops[depth == level]
+        ready = values[row_of[c.preds[:, idx]]] + adds[:, idx][:, :, None]
+        values[row_of[idx]] = ready.max(axis=0) + dur[idx][:, None]
+    return values[row_of[outputs]]

@@ -22,10 +22,10 @@ exactly (to rounding) without unrolling all micro-batches:
   benchmarks/bench_pipeline.py).
 - everything else (1f1b with overlapped latency, interleaved 1f1b, zb-h1, dualpipe): a bounded
   simulation with a periodicity certificate (``pipeline_periodic``): 2p-4p micro-batches are
-  simulated and extrapolated, so the cost grows with p² (p²·v interleaved; about 1-6 ms at
-  p = 16, 4-25 ms at p = 64) but not with m, except while the steady state has not settled:
-  when two stage kinds have nearly the same cycle time the transient is long, the simulated
-  prefix doubles, and in the worst case all m micro-batches are simulated.
+  simulated and extrapolated; when the steady state has not settled by then (two stage kinds
+  with nearly the same cycle time), the missing steady periods are inserted as max-plus powers
+  of a small matrix. The cost grows with p² (p²·v interleaved; about 0.3-6 ms at p = 16, 3-25 ms
+  at p = 64), not with m (beyond log2(m) matrix products in the unsettled case).
 
 p2p_s is one activation or gradient send between neighbouring stages. With overlap_p2p the send
 runs on its own stream: the receiver can start p2p_s after the sender's op ended and the sender
