@@ -145,6 +145,20 @@ def test_serving_trace_ends_after_the_decode_steps_it_draws(monkeypatch, capsys,
     assert marker["name"].startswith("60 more decode steps")
 
 
+@pytest.mark.parametrize("schedule, extra", [
+    ("gpipe", []), ("1f1b", ["--vpp", "2"]), ("zb-h1", []), ("dualpipe", []),
+])
+def test_every_schedule_traces_to_the_step_time(monkeypatch, capsys, tmp_path, schedule, extra):
+    out = tmp_path / "out.json"
+    flags = ["--model", "llama3-8b", "--cluster", "dgx-a100-80gb", "--devices", "8", "--tp", "2", "--pp", "4",
+             "--global-batch", "16", "--recompute", "full", "--seq-len", "1024", "--schedule", schedule, *extra]
+    result = run_json(monkeypatch, capsys, "estimate", *flags, "--trace", str(out))
+    spans = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert all(e["ts"] >= 0 and e["dur"] >= 0 for e in spans)
+    end_s = max(e["ts"] + e["dur"] for e in spans) / 1e6
+    assert math.isclose(end_s, result["step_time_s"], rel_tol=1e-6)
+
+
 def test_hf_config_path_as_model(monkeypatch, capsys):
     result = run_json(
         monkeypatch, capsys, "estimate", "--model", str(LLAMA3_8B_HF), "--cluster", "dgx-h100", "--tp", "8"

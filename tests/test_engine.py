@@ -209,13 +209,22 @@ NOTHING_OVERLAPS = dict(overlap_grad_reduce=False, overlap_param_gather=False, t
 ])
 def test_overlap_never_slows_a_step(option, off, on):
     """Each option on its own, the others off: together they can interact the way greedy list
-    schedules do (Graham 1969: a shorter task can delay a later one in a fixed issue order)."""
+    schedules do (Graham 1969: a shorter task can delay a later one in a fixed issue order).
+
+    The data-parallel gathers and reductions run beside only the first forward and the last
+    backward; with pipeline stages, the compute they slow on each stage delays the next stage,
+    so pp slowdowns add up along the fill (or drain) while the blocking collective is paid
+    once: overlap can then lose (what a framework's users see too when the reduction is short).
+    For those two options the property is checked without pipeline parallelism."""
     rng = random.Random(len(option) * 7 + len(str(on)))
     checked = 0
     while checked < 25:
         model, plan = _random_plan(rng)
         plan.pop("framework")
         plan.update(NOTHING_OVERLAPS)
+        if option in ("overlap_grad_reduce", "overlap_param_gather") and plan["pp"] > 1:
+            plan.update(pp=1, num_devices=plan["num_devices"] // plan["pp"], global_batch_size=plan["global_batch_size"] // plan["pp"])
+            plan.pop("schedule", None)
         try:
             slow = meshplan.estimate(model, "dgx-a100-80gb", **{**plan, option: off})
             fast = meshplan.estimate(model, "dgx-a100-80gb", **{**plan, option: on})

@@ -306,9 +306,6 @@ REPRODUCERS = [
     ("cluster-flag-and-set", [*LLAMA8, "--set", "cluster.levels=[]"], "--set cluster", ["dgx-h100"]),
     ("strategy-contradicts-tp", [*LLAMA8[:-2], "--strategy", "transformer=(tp,ddp)", "--tp", "4"], "plan.tp",
      ["4", "tp=8"]),
-    ("trace-interleaved", [*LLAMA8[:-4], "--devices", "16", "--pp", "2", "--vpp", "2", "--global-batch", "16",
-                           "--trace", "/tmp/never-written.json"], "--trace", ["1f1b"]),
-    ("trace-gpipe", [*LLAMA8, "--schedule", "gpipe", "--trace", "/tmp/never-written.json"], "--trace", ["gpipe"]),
     ("trace-too-many-micro-batches", [*LLAMA8, "--global-batch", "10000000", "--trace", "/tmp/never-written.json"],
      "--trace", ["10000000"]),
 ]

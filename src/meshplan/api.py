@@ -146,9 +146,6 @@ def trace(s: Scenario) -> dict:
                                 "serving traces are drawn without virtual pipeline stages only so far")
         plans = serving_plans(s)
         return serving_trace(*plans, inference_estimate(s, plans=plans))
-    if s.plan.virtual_pipeline_stages > 1 or s.plan.schedule != "1f1b":
-        raise MeshplanError("--trace", f"schedule {s.plan.schedule} with {s.plan.virtual_pipeline_stages} virtual stages",
-                            "traces are drawn for the non-interleaved 1f1b schedule only so far")
     if s.plan.pp * s.num_micro_batches > TRACE_MAX_EVENTS:
         raise MeshplanError("--trace", f"{s.num_micro_batches} micro-batches on {s.plan.pp} stages",
                             f"at most {TRACE_MAX_EVENTS} forward passes in a trace (pp x micro-batches)")

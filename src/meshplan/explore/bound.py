@@ -1,16 +1,18 @@
 """A lower bound on step time, provably never above the exact estimate, for arrays of plans.
 
-Every op's time is max(compute, memory) + overhead >= flop / (peak * best fraction), where the
-best fraction is the highest point of the device's efficiency curves. The pipeline time of
-meshplan.timeline.pipeline_schedule, m·max_s(c_s) + (sum_s c_s - max_s c_s)/v, is at least
-(m + (p-1)/v)·min_s(c_s), and every stage computes at least the layers of the fewest-layer
-stage (L/p for an even pipeline). So
+Every layer's compute tasks take at least the time meshplan's costs give its ops (the passes
+schedule exactly those ops, plus collectives, contention and waiting), so one layer forward,
+backward and recomputed costs at least ``layer_s``: the ops of the cheapest layer kind through
+``costs.costed.op_times`` at the plan's tp, cp, micro-batch and sequence length (cached per
+distinct shape). The pipeline schedules of meshplan.timeline.pipeline_schedule take at least
+(m + (p-1)/v)·min_s(c_s) for 1F1B and GPipe (interleaving divides the fill by v), at least
+m·min_s(c_s) for zero-bubble and DualPipe, and every stage computes at least the layers of the
+fewest-layer stage. So
 
-    step >= (m + (p - 1)/v) · min_s(L_s) · layer_flop_per_device / (peak · best fraction)
+    step >= (m + (p - 1)/v) · min_s(L_s) · layer_s
 
-holds for every plan of the 1F1B and GPipe schedules; for zero-bubble and DualPipe schedules the
-bubble term is dropped (m·min_s(L_s)·...). Search evaluates exactly only the plans whose bound can
-beat the best.
+holds for every plan; search evaluates exactly only the plans whose bound can beat the best.
+Finetuning (frozen layers run no backward) keeps the flop bound at the best efficiency.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from __future__ import annotations
 import numpy as np
 
 from meshplan import catalog
+from meshplan.costs.compute import Roofline
+from meshplan.costs.costed import op_times
+from meshplan.parallel.program import shard_op
 from meshplan.specs import Scenario
+from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.workloads.ops import dense_flop
 from meshplan.workloads.transformer import lower
 
@@ -28,31 +34,53 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
     if not scenarios:
         return np.zeros(0)
     first = scenarios[0]
-    model, device = first.model, first.cluster.device
+    device = first.cluster.device
     profile = catalog.efficiency(device.efficiency)
     best = max(f for curve in (profile.matmul, profile.attention) for _, f in curve.points)
 
-    # flop of one decoder layer for one sequence, forward, by sequence length and attention kind
-    per_sequence: dict[tuple[int, bool], tuple[float, float]] = {}
+    per_shape: dict[tuple, float] = {}
     rows = []
     for s in scenarios:
         p = s.plan
-        key = (s.seq_len, p.flash_attention)
-        if key not in per_sequence:
-            # the cheapest layer kind bounds every layer of a stage (MoE models have two)
-            blocks = lower(model, 1, s.seq_len, 2.0, p.flash_attention).blocks
-            per_sequence[key] = min((dense_flop(b.ops), dense_flop(b.ops, {"attention"})) for b in blocks)
-        forward, attention = per_sequence[key]
-        if p.recompute == "full":
-            recompute = forward
-        elif p.recompute == "selective" and not p.flash_attention:
-            recompute = attention
+        if s.task.kind == "finetune":
+            layer_s = _flop_layer_s(s, best)
         else:
-            recompute = 0.0
+            key = (p.tp, p.cp, p.sequence_parallel, p.expert_tp, p.micro_batch_size, s.seq_len, p.precision,
+                   p.flash_attention, p.recompute)
+            if key not in per_shape:
+                per_shape[key] = _layer_s(s, profile)
+            layer_s = per_shape[key]
         # zero-bubble and DualPipe schedules fill the fill-and-drain bubble: no bubble term for them
         fill = p.pp if p.schedule in ("1f1b", "gpipe") else 1
-        rows.append((s.num_micro_batches, fill, p.virtual_pipeline_stages, p.micro_batch_size, p.tp * p.cp,
-                     3.0 * forward + recompute, device.peak(p.precision), min(s.stage_layers)))
-    m, pp, v, b, split, flop, peak, fewest = (np.array(col, dtype=float) for col in zip(*rows))
-    layer_s = b * flop / split / (peak * best)
+        rows.append((s.num_micro_batches, fill, p.virtual_pipeline_stages, min(s.stage_layers), layer_s))
+    m, pp, v, fewest, layer_s = (np.array(col, dtype=float) for col in zip(*rows))
     return (m + (pp - 1.0) / v) * fewest * layer_s
+
+
+def _layer_s(s: Scenario, profile) -> float:
+    """Compute seconds of the cheapest layer kind, one micro-batch: forward, backward and what
+    the recompute policy runs again, each op through the roofline the estimate uses."""
+    p = s.plan
+    roof = Roofline.of(s.cluster.device, profile, p.precision)
+    element = BYTES_PER_ELEMENT[p.precision]
+    sp = p.sequence_parallel and p.tp > 1
+    blocks = lower(s.model, p.micro_batch_size, s.seq_len, activation_bytes(p.precision), p.flash_attention).blocks
+    cheapest = float("inf")
+    for block in blocks:
+        seconds = 0.0
+        for op in block.ops:
+            t = op_times(shard_op(op, p.tp, p.cp, sp, p.expert_tp), roof, element)
+            rerun = p.recompute == "full" or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
+            seconds += t.forward_s * (2.0 if rerun else 1.0) + t.backward_s
+        cheapest = min(cheapest, seconds)
+    return cheapest
+
+
+def _flop_layer_s(s: Scenario, best: float) -> float:
+    """Matmul and attention flop of the cheapest layer kind at the profile's best efficiency."""
+    p = s.plan
+    blocks = lower(s.model, 1, s.seq_len, 2.0, p.flash_attention).blocks
+    forward, attention = min((dense_flop(b.ops), dense_flop(b.ops, {"attention"})) for b in blocks)
+    recompute = forward if p.recompute == "full" else attention if p.recompute == "selective" and not p.flash_attention else 0.0
+    flop = p.micro_batch_size * (3.0 * forward + recompute) / (p.tp * p.cp)
+    return flop / (s.cluster.device.peak(p.precision) * best)

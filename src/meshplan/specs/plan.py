@@ -59,7 +59,9 @@ class Plan(Spec):
     tp_overlap: TPOverlap = "none"  # tensor-parallel collectives: blocking, bulk (backward), pipelined
     cp_overlap: bool = True  # ring attention: the next K/V block arrives while this one is computed
     ep_overlap: EPOverlap = "none"  # expert all-to-all blocking, or beside another micro-batch's compute
-    overlap_p2p: bool = True  # pipeline sends run on their own stream
+    # pipeline sends on their own stream; None: as Megatron-Core does, overlapped in interleaved
+    # schedules (overlap_p2p_comm) and batched and waited on in the others
+    overlap_p2p: bool | None = None
     grad_reduce_precision: Literal["fp32", "bf16", "fp16"] | None = None  # None: fp32 unless ZeRO-3
     order: str = "tp-cp-dp-pp"
 

@@ -100,14 +100,18 @@ def _stage_work(r: RolePasses, stages: int, schedule: str, virtual: int) -> Stag
     if r.paired is not None and schedule != "dualpipe" and f + b > 0:
         scale = r.paired.time_s / (f + b)
     split = r.input_backward is not None and schedule in ("zb-h1", "dualpipe")
+    forward = f * scale / virtual
+    backward = (r.input_backward.time_s if split else b * scale) / virtual
+    weight = r.weight_s / virtual if split else 0.0
     return StageWork(
-        forward_s=f * scale / virtual,
-        backward_s=(r.input_backward.time_s if split else b * scale) / virtual,
-        weight_s=r.weight_s / virtual if split else 0.0,
-        first_forward_s=(r.first_forward.time_s + (scale - 1.0) * f) / virtual,
+        forward_s=forward,
+        backward_s=backward,
+        weight_s=weight,
+        # never shorter than the ordinary pass (float rounding of the scaling aside)
+        first_forward_s=max((r.first_forward.time_s + (scale - 1.0) * f) / virtual, forward),
         # the gradient goes on to the previous stage when it is ready; the reduction trailing it
         # delays only this stage's finish (added in step_estimate)
-        last_backward_s=(_handed_on(r) + (scale - 1.0) * b) / virtual,
+        last_backward_s=max((_handed_on(r) + (scale - 1.0) * b) / virtual, backward + weight),
         paired_s=r.paired.time_s / virtual if r.paired is not None and schedule == "dualpipe" else None,
         count=stages,
     )
@@ -132,6 +136,18 @@ def _exposed(r: RolePasses, m: int) -> dict[str, float]:
     return out
 
 
+def pipeline_inputs(costed: CostedProgram, passes: list[RolePasses]) -> tuple[list[StageWork], float, bool]:
+    """The pipeline schedule's view of the roles: stage work per role, the send time, and
+    whether sends overlap compute (None in the plan: as Megatron-Core, only when interleaved)."""
+    program = costed.program
+    plan = program.scenario.plan
+    v = plan.virtual_pipeline_stages
+    works = [_stage_work(r, role.stages, plan.schedule, v) for r, role in zip(passes, program.roles)]
+    p2p_s = comm_s(program.pp_comm) if program.pp_comm else 0.0
+    overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else v > 1
+    return works, p2p_s, overlap_p2p
+
+
 def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     program = costed.program
     s = program.scenario
@@ -140,9 +156,8 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     v = plan.virtual_pipeline_stages
 
     passes = [role_passes(costed, i, compose) for i in range(len(program.roles))]
-    works = [_stage_work(r, role.stages, plan.schedule, v) for r, role in zip(passes, program.roles)]
-    p2p_s = comm_s(program.pp_comm) if program.pp_comm else 0.0
-    pipe = pipeline_time(works, m, plan.schedule, v, p2p_s, plan.overlap_p2p)
+    works, p2p_s, overlap_p2p = pipeline_inputs(costed, passes)
+    pipe = pipeline_time(works, m, plan.schedule, v, p2p_s, overlap_p2p)
 
     reduce_s = sum(comm_s(c) for c in program.dp_comms if c.kind != "all_gather")
     gather_s = sum(comm_s(c) for c in program.dp_comms if c.kind == "all_gather")
@@ -162,7 +177,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     compute_s = m * (r.forward.compute_s + r.backward.compute_s)
     exposed = _exposed(r, m)
     exposed["dp"] += blocking
-    if p2p_s and not plan.overlap_p2p:
+    if p2p_s and not overlap_p2p:
         exposed["pp"] += 2.0 * m * program.pp_sends_per_micro_batch * p2p_s
     busy = compute_s + sum(exposed.values()) - blocking
     bubble_s = max(finish - busy, 0.0)

@@ -18,23 +18,26 @@ from meshplan.costs.costed import CostedProgram
 from meshplan.timeline.engine import Placed, place_pass, schedule_pass
 from meshplan.timeline.estimate import Estimate
 from meshplan.timeline.inference import InferenceEstimate, PhasePlan
-from meshplan.timeline.pipeline_schedule import simulate_1f1b
-from meshplan.timeline.step import pass_plans
+from meshplan.timeline.pipeline_schedule import simulate
+from meshplan.timeline.step import pass_plans, pipeline_inputs, role_passes
 
 #: a training role's streams: compute and one per network axis
 STREAMS = ("compute", "tp", "cp", "ep", "dp", "pp")
 
 
 def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
+    """Every role's representative stage through the step, as the pipeline schedule runs it
+    (``pipeline_schedule.simulate``, any schedule): a whole-stage forward or backward drawn as
+    its scheduled tasks, a model chunk (interleaved), weight-gradient op (zero-bubble) or paired
+    forward-and-backward (DualPipe) as one box on the compute stream."""
     program = costed.program
     s = program.scenario
+    plan = s.plan
     m = s.num_micro_batches
-    role_of_stage = []
-    for index, role in enumerate(program.roles):
-        role_of_stage += [index] * role.stages
-    forward = [estimate.roles[i].forward_s for i in role_of_stage]
-    backward = [estimate.roles[i].backward_s for i in role_of_stage]
-    schedule = simulate_1f1b(forward, backward, m)
+    passes = [role_passes(costed, i) for i in range(len(program.roles))]
+    works, p2p_s, overlap_p2p = pipeline_inputs(costed, passes)
+    schedule = simulate(works, m, plan.schedule, plan.virtual_pipeline_stages, p2p_s, overlap_p2p)
+    whole = plan.virtual_pipeline_stages == 1
 
     events: list[dict] = []
     for index, role in enumerate(program.roles):
@@ -45,19 +48,31 @@ def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": stream}})
         plans = pass_plans(costed, index)
         end = 0.0
-        for phase, micro_batch, start, _ in schedule[stage]:
-            if phase == "F":
-                p = plans.get("first_forward", plans["forward"]) if micro_batch == 0 else plans["forward"]
+        for op in schedule[stage]:
+            label = {"F": "forward", "B": "backward", "W": "weight gradients", "FB": "forward+backward"}[op.kind]
+            args = {"micro_batch": op.micro_batch, "chunk": op.chunk}
+            p = _drawn_pass(plans, op.kind, op.micro_batch, m, plan.schedule) if whole else None
+            if p is None:
+                events.append(_event(f"{label} mb{op.micro_batch}", pid, 0, op.start_s, op.end_s - op.start_s, args))
             else:
-                p = plans.get("last_backward", plans["backward"]) if micro_batch == m - 1 else plans["backward"]
-            label = f"{'forward' if phase == 'F' else 'backward'} mb{micro_batch}"
-            for placed in place_pass(p, start):
-                events.append(_event(f"{placed.task.kind}: {placed.task.name}", pid, STREAMS.index(placed.task.stream),
-                                     placed.start_s, placed.end_s - placed.start_s, {"micro_batch": label}))
-                end = max(end, placed.end_s)
+                for placed in place_pass(p, op.start_s):
+                    events.append(_event(f"{placed.task.kind}: {placed.task.name}", pid, STREAMS.index(placed.task.stream),
+                                         placed.start_s, placed.end_s - placed.start_s, {**args, "pass": label}))
+            end = max(end, op.end_s)
         optimizer_start = max(end, estimate.step_time_s - costed.optimizer_s)
         events.append(_event("optimizer", pid, 0, optimizer_start, costed.optimizer_s, {}))
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": {"step_time_s": estimate.step_time_s}}
+
+
+def _drawn_pass(plans: dict, kind: str, micro_batch: int, m: int, schedule: str):
+    """The pass whose tasks draw a whole-stage op, or None to draw it as one box."""
+    if kind == "F":
+        return plans.get("first_forward", plans["forward"]) if micro_batch == 0 else plans["forward"]
+    if kind == "B":
+        if schedule in ("zb-h1", "dualpipe"):
+            return plans.get("input_backward")
+        return plans.get("last_backward", plans["backward"]) if micro_batch == m - 1 else plans["backward"]
+    return None
 
 
 def tasks_trace(process: str, placed: Sequence[Placed], end_s: float) -> dict:
