@@ -16,8 +16,9 @@ import meshplan
 from meshplan.costs.costed import OpTimes
 from meshplan.timeline.engine import Segment, State, Task, chunked_s, collective, compute, repeat, schedule_pass, unrolled
 from meshplan.timeline.passes import (
-    DataParallel, Half, Layer, Op, Overlap, backward_pass, forward_pass, paired_pass,
+    DataParallel, Half, Layer, Op, Overlap, backward_pass, forward_pass,
 )
+from meshplan.timeline.paired import paired_pass
 
 
 def overlap(**kw) -> Overlap:

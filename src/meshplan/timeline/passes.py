@@ -22,7 +22,7 @@ overlaps with what is the plan's overlap options (meshplan.catalog frameworks se
 
 Compute slows while a collective runs beside it (they share SMs and HBM): each second a hidden
 collective overlaps compute costs ``overlap_slowdown`` seconds of compute, charged to the
-collective's axis. The overlap is measured when the segment is built (``_Builder.segment``), so
+collective's axis. The overlap is measured when the segment is built (``TaskBuilder.segment``), so
 segments stay max-plus and compose exactly; a pipelined collective's is in closed form
 (``engine.chunked_s``).
 """
@@ -146,7 +146,7 @@ def edge_halves(costed: CostedProgram, role_index: int) -> tuple[Half | None, Ha
     return head, tail
 
 
-class _Builder:
+class TaskBuilder:
     """Tasks of one segment, in issue order, with unique names."""
 
     def __init__(self, prefix: str, overlap: Overlap, chain: str = X):
@@ -237,7 +237,7 @@ def _matmul_run(ops: tuple[Op, ...], first: bool) -> int:
     return indices[0] if first else indices[-1]
 
 
-def forward_half(b: _Builder, h: Half) -> None:
+def forward_half(b: TaskBuilder, h: Half) -> None:
     ops = h.ops
     first, last = _matmul_run(ops, True), _matmul_run(ops, False)
     pipelined = b.overlap.tp == "pipelined" and first >= 0
@@ -266,7 +266,7 @@ def forward_half(b: _Builder, h: Half) -> None:
         b.blocking(f"{h.name}.close", "tp", h.close_s, h.reduce_kind)
 
 
-def backward_half(b: _Builder, h: Half, weights: bool = True) -> None:
+def backward_half(b: TaskBuilder, h: Half, weights: bool = True) -> None:
     """The backward of ``h`` (ops in reverse). ``weights=False`` leaves out the weight-gradient
     GEMMs (zero-bubble schedules run them apart)."""
     ops = h.ops
@@ -316,7 +316,7 @@ def backward_half(b: _Builder, h: Half, weights: bool = True) -> None:
         b.blocking(f"{h.name}.close_back", "tp", h.close_back_s, h.reduce_kind)
 
 
-def recompute_halves(b: _Builder, halves: tuple[Half, ...]) -> None:
+def recompute_halves(b: TaskBuilder, halves: tuple[Half, ...]) -> None:
     """Full recompute: the layer's forward again, collectives included, before its backward."""
     for h in halves:
         forward_half(b, h)
@@ -350,14 +350,14 @@ def data_parallel(costed: CostedProgram, role: Role) -> DataParallel:
     )
 
 
-def _wait_weights(b: _Builder, signal: str) -> None:
+def _wait_weights(b: TaskBuilder, signal: str) -> None:
     """The chain waits for ``signal`` (this layer's weights) before computing."""
     name = b._name("weights")
     b.tasks.append(Task(name, "compute", (), (b.last, signal), "join"))
     b.last = name
 
 
-def _prefetched(b: _Builder, gather_s: float, depth: int, ahead: bool) -> tuple[tuple[str, str], ...]:
+def _prefetched(b: TaskBuilder, gather_s: float, depth: int, ahead: bool) -> tuple[tuple[str, str], ...]:
     """Weights gathered ``depth`` layers ahead: wait for this layer's (signal w0), issue the
     gather of the layer ``depth`` ahead (unless ``ahead`` is False: the last layers), shift the
     queue of signals w0..w{depth-1}."""
@@ -412,7 +412,7 @@ def forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half |
     counts = [(layer, layer.count) for layer in layers]
     total = sum(n for _, n in counts)
     if head:
-        b = _Builder(f"{name}.head", overlap)
+        b = TaskBuilder(f"{name}.head", overlap)
         forward_half(b, head)
         parts.append((b.segment("head"), 1))
     if depth and (zero3 or first_micro_batch):
@@ -422,7 +422,7 @@ def forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half |
         piece = dp.param_share_s * layer.params if first_micro_batch and not zero3 and dp.param_share_s > 0 else 0.0
         parts.append((_forward_layer(name, layer, overlap, gather if zero3 else piece, depth, ahead), n))
     if tail:
-        b = _Builder(f"{name}.tail", overlap)
+        b = TaskBuilder(f"{name}.tail", overlap)
         forward_half(b, tail)
         parts.append((b.segment("tail"), 1))
     return Pass(name, tuple(parts))
@@ -432,7 +432,7 @@ def forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half |
 def _forward_layer(name: str, layer: Layer, overlap: Overlap, gather_s: float, depth: int, ahead: bool) -> Segment:
     """One layer's forward; ``gather_s`` > 0: its weights are gathered ``depth`` layers ahead
     (or in place, depth 0). Cached: roles share their layer kinds."""
-    b = _Builder(f"{name}.{layer.name}", overlap)
+    b = TaskBuilder(f"{name}.{layer.name}", overlap)
     signals = _prefetched(b, gather_s, depth, ahead) if gather_s > 0 else ()
     for h in layer.halves:
         forward_half(b, h)
@@ -444,7 +444,7 @@ def _backward_layer(name: str, layer: Layer, overlap: Overlap, gather_s: float, 
                     reduce_s: float, full_recompute: bool, weights: bool) -> Segment:
     """One layer's backward: weights gathered ahead (ZeRO-3), the recompute, the halves in
     reverse, then its gradients reduce-scattered (ZeRO-3) or reduced (``reduce_s``)."""
-    b = _Builder(f"{name}.{layer.name}", overlap)
+    b = TaskBuilder(f"{name}.{layer.name}", overlap)
     signals = _prefetched(b, gather_s, depth, ahead) if gather_s > 0 else ()
     if full_recompute:
         recompute_halves(b, layer.halves)
@@ -471,7 +471,7 @@ def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half 
     trained = [(layer, layer.count - layer.frozen) for layer in reversed(layers) if layer.count > layer.frozen]
     total = sum(n for _, n in trained)
     if tail:
-        b = _Builder(f"{name}.tail", overlap)
+        b = TaskBuilder(f"{name}.tail", overlap)
         backward_half(b, tail, weights)
         if reduce:
             b.beside("reduce", "dp", dp.reduce_share_s * _edge_params(tail), (b.last,), "reduce_scatter")
@@ -485,7 +485,7 @@ def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half 
                                   piece, full_recompute, weights)
         parts.append((segment, n))
     if head and embedding_trains:
-        b = _Builder(f"{name}.head", overlap)
+        b = TaskBuilder(f"{name}.head", overlap)
         backward_half(b, head, weights)
         if reduce:
             b.beside("reduce", "dp", dp.reduce_share_s * _edge_params(head), (b.last,), "reduce_scatter")
@@ -495,74 +495,3 @@ def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half 
 
 def _edge_params(h: Half) -> float:
     return h.params
-
-
-def _groups(tasks: list[Task]) -> list[list[Task]]:
-    """``tasks`` cut after each expert all-to-all."""
-    out: list[list[Task]] = [[]]
-    for t in tasks:
-        out[-1].append(t)
-        if t.stream == "ep":
-            out.append([])
-    return [g for g in out if g]
-
-
-def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bool) -> Segment:
-    """One layer's forward of one micro-batch and its backward of another, interleaved so each
-    all-to-all runs beside the other micro-batch's compute (DeepSeek-V3 Sec. 3.2.1, Fig. 4:
-    attention and MLP of one chunk overlap dispatch and combine of the other)."""
-    f = _Builder(f"{name}.f", overlap, chain="xf")
-    for h in layer.halves:
-        forward_half(f, h)
-    bw = _Builder(f"{name}.b", overlap, chain="xb")
-    if full_recompute:
-        recompute_halves(bw, layer.halves)
-    for h in reversed(layer.halves):
-        backward_half(bw, h)
-    merged: list[Task] = []
-    fg, bg = _groups(f.tasks), _groups(bw.tasks)
-    for i in range(max(len(fg), len(bg))):
-        merged += fg[i] if i < len(fg) else []
-        merged += bg[i] if i < len(bg) else []
-    joint = _Builder(name, overlap)
-    joint.tasks = merged
-    joint.hidden = {t.name for t in merged if t.stream == "ep"}
-    joint.chain, joint.last = "xf", f.last
-    return joint.segment(layer.name, (("xb", bw.last),))
-
-
-def paired_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, overlap: Overlap,
-                full_recompute: bool, embedding_trains: bool) -> Pass:
-    """A forward and a backward of two micro-batches run together (DualPipe's "F&B"): layers
-    with expert all-to-all are paired; the rest run one chain after the other."""
-    parts: list[tuple[Segment, int]] = []
-
-    def chain(label: str, chain_name: str, build) -> None:
-        b = _Builder(f"{name}.{label}", overlap, chain=chain_name)
-        build(b)
-        parts.append((b.segment(label), 1))
-
-    if head:
-        chain("head_f", "xf", lambda b: forward_half(b, head))
-    if tail:
-        chain("tail_b", "xb", lambda b: backward_half(b, tail))
-    for layer in layers:
-        moe = any(h.dispatch_s > 0 for h in layer.halves)
-        trained = layer.count - layer.frozen
-        pairs = min(layer.count, trained) if moe else 0
-        if pairs:
-            parts.append((paired_segment(f"{name}.{layer.name}", layer, overlap, full_recompute), pairs))
-        for label, chain_name, count, build in (
-            ("f", "xf", layer.count - pairs, lambda b, ly=layer: [forward_half(b, h) for h in ly.halves]),
-            ("b", "xb", trained - pairs, lambda b, ly=layer: ([recompute_halves(b, ly.halves)] if full_recompute else [])
-             + [backward_half(b, h) for h in reversed(ly.halves)]),
-        ):
-            if count > 0:
-                b = _Builder(f"{name}.{layer.name}.{label}", overlap, chain=chain_name)
-                build(b)
-                parts.append((b.segment(layer.name), count))
-    if tail:
-        chain("tail_f", "xf", lambda b: forward_half(b, tail))
-    if head and embedding_trains:
-        chain("head_b", "xb", lambda b: backward_half(b, head))
-    return Pass(name, tuple(parts))

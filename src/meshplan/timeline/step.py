@@ -18,8 +18,9 @@ from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.engine import CATEGORIES, Pass, PassTime, schedule_pass
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
 from meshplan.timeline.passes import (
-    Layer, Overlap, backward_pass, data_parallel, edge_halves, forward_pass, layer_halves, paired_pass,
+    Layer, Overlap, backward_pass, data_parallel, edge_halves, forward_pass, layer_halves,
 )
+from meshplan.timeline.paired import paired_pass
 from meshplan.timeline.pipeline_schedule import StageWork, pipeline_time
 from meshplan.units import format_bytes
 from meshplan.workloads.ops import dense_flop

@@ -1,0 +1,82 @@
+"""Paired passes: a forward and a backward of two micro-batches run together, so each expert
+all-to-all hides behind the other micro-batch's compute (DeepSeek-V3 technical report,
+arXiv 2412.19437, Sec. 3.2.1 and Fig. 4: DualPipe's overlapped forward-and-backward chunk;
+Megatron-Core's combined 1F1B all-to-all overlap). Built from the same halves and builders as
+every other pass (meshplan.timeline.passes).
+"""
+
+from __future__ import annotations
+
+from meshplan.timeline.engine import Pass, Segment, Task
+from meshplan.timeline.passes import Half, Layer, Overlap, TaskBuilder, backward_half, forward_half, recompute_halves
+
+
+def _groups(tasks: list[Task]) -> list[list[Task]]:
+    """``tasks`` cut after each expert all-to-all."""
+    out: list[list[Task]] = [[]]
+    for t in tasks:
+        out[-1].append(t)
+        if t.stream == "ep":
+            out.append([])
+    return [g for g in out if g]
+
+
+def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bool) -> Segment:
+    """One layer's forward of one micro-batch and its backward of another, interleaved so each
+    all-to-all runs beside the other micro-batch's compute (DeepSeek-V3 Sec. 3.2.1, Fig. 4:
+    attention and MLP of one chunk overlap dispatch and combine of the other)."""
+    f = TaskBuilder(f"{name}.f", overlap, chain="xf")
+    for h in layer.halves:
+        forward_half(f, h)
+    bw = TaskBuilder(f"{name}.b", overlap, chain="xb")
+    if full_recompute:
+        recompute_halves(bw, layer.halves)
+    for h in reversed(layer.halves):
+        backward_half(bw, h)
+    merged: list[Task] = []
+    fg, bg = _groups(f.tasks), _groups(bw.tasks)
+    for i in range(max(len(fg), len(bg))):
+        merged += fg[i] if i < len(fg) else []
+        merged += bg[i] if i < len(bg) else []
+    joint = TaskBuilder(name, overlap)
+    joint.tasks = merged
+    joint.hidden = {t.name for t in merged if t.stream == "ep"}
+    joint.chain, joint.last = "xf", f.last
+    return joint.segment(layer.name, (("xb", bw.last),))
+
+
+def paired_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, overlap: Overlap,
+                full_recompute: bool, embedding_trains: bool) -> Pass:
+    """A forward and a backward of two micro-batches run together (DualPipe's "F&B"): layers
+    with expert all-to-all are paired; the rest run one chain after the other."""
+    parts: list[tuple[Segment, int]] = []
+
+    def chain(label: str, chain_name: str, build) -> None:
+        b = TaskBuilder(f"{name}.{label}", overlap, chain=chain_name)
+        build(b)
+        parts.append((b.segment(label), 1))
+
+    if head:
+        chain("head_f", "xf", lambda b: forward_half(b, head))
+    if tail:
+        chain("tail_b", "xb", lambda b: backward_half(b, tail))
+    for layer in layers:
+        moe = any(h.dispatch_s > 0 for h in layer.halves)
+        trained = layer.count - layer.frozen
+        pairs = min(layer.count, trained) if moe else 0
+        if pairs:
+            parts.append((paired_segment(f"{name}.{layer.name}", layer, overlap, full_recompute), pairs))
+        for label, chain_name, count, build in (
+            ("f", "xf", layer.count - pairs, lambda b, ly=layer: [forward_half(b, h) for h in ly.halves]),
+            ("b", "xb", trained - pairs, lambda b, ly=layer: ([recompute_halves(b, ly.halves)] if full_recompute else [])
+             + [backward_half(b, h) for h in reversed(ly.halves)]),
+        ):
+            if count > 0:
+                b = TaskBuilder(f"{name}.{layer.name}.{label}", overlap, chain=chain_name)
+                build(b)
+                parts.append((b.segment(layer.name), count))
+    if tail:
+        chain("tail_f", "xf", lambda b: forward_half(b, tail))
+    if head and embedding_trains:
+        chain("head_b", "xb", lambda b: backward_half(b, head))
+    return Pass(name, tuple(parts))
