@@ -58,12 +58,10 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
     dp = data_parallel(costed, role)
     full = plan.recompute == "full"
     trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
+    out = {"forward": forward_pass("f", layers, head, tail, dp, overlap)}
     if forward_only:
-        return {"forward": forward_pass("f", layers, head, tail, dp, overlap)}
-    out = {
-        "forward": forward_pass("f", layers, head, tail, dp, overlap),
-        "backward": backward_pass("b", layers, head, tail, dp, overlap, full, trains),
-    }
+        return out
+    out["backward"] = backward_pass("b", layers, head, tail, dp, overlap, full, trains)
     if plan.zero_stage in (1, 2) and overlap.param_gather and dp.param_share_s > 0:
         out["first_forward"] = forward_pass("f0", layers, head, tail, dp, overlap, first_micro_batch=True)
     if overlap.grad_reduce and dp.reduce_share_s > 0:
