@@ -191,6 +191,11 @@ def make_scenario(
             global_batch,
             f"interleaved 1F1B needs the number of micro-batches ({micro_batches}) to be a multiple of pp ({p.pp})",
         )
+    if p.schedule == "dualpipe" and (p.pp % 2 or micro_batches % 2 or micro_batches < 2 * p.pp):
+        # deepseek-ai/DualPipe: two directions over an even number of stages, fed from both ends
+        field, value = ("plan.pp", p.pp) if p.pp % 2 else ("plan.global_batch_size", global_batch)
+        raise MeshplanError(field, value, f"DualPipe needs an even pp and an even number of micro-batches of at least "
+                                          f"2 x pp ({2 * p.pp}); this plan has pp {p.pp} and {micro_batches} micro-batches")
     plan = p.model_copy(update={"dp": dp, "global_batch_size": global_batch, "seq_len": seq_len, "expert_tp": expert_tp})
     return Scenario(model=m, cluster=cluster, plan=plan, num_devices=num_devices, task=task or Task(),
                     chunk_layers=chunk_layers, pipeline_split=split)
