@@ -16,10 +16,15 @@ def estimate_table(e: Estimate) -> Table:
         f"mb={p['micro_batch_size']} gb={p['global_batch_size']} seq={p['seq_len']} "
         f"zero={p['zero_stage']} recompute={p['recompute']} {p['precision']}"
     )
+    return metric_table(title, estimate_groups(e))
+
+
+def metric_table(title: str, groups: dict[str, list[tuple[str, str]]]) -> Table:
+    """A two-column table of metrics and values, its groups parted by rules."""
     table = Table(title=title, show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    add_groups(table, estimate_groups(e))
+    add_groups(table, groups)
     return table
 
 
@@ -90,9 +95,6 @@ def inference_table(e) -> Table:
         f"{e.model_id} inference on {format_devices(e.num_devices, e.cluster_id)}  tp={p['tp']} pp={p['pp']} dp={p['dp']} "
         f"batch={e.batch_size} prompt={e.prompt_len} output={e.output_len} {p['precision']}"
     )
-    table = Table(title=title, header_style="bold")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
 
     def bound(phase) -> str:
         kind = "memory-bandwidth bound" if phase.memory_bound else "compute bound"
@@ -114,8 +116,7 @@ def inference_table(e) -> Table:
         ("  KV cache", format_bytes(e.memory.kv_cache_bytes)),
         ("  activations", format_bytes(e.memory.activations_bytes)),
     ]
-    add_groups(table, {"time": rows, "memory": memory_rows})
-    return table
+    return metric_table(title, {"time": rows, "memory": memory_rows})
 
 
 def validation_tables(results, summary) -> list[Table]:
@@ -192,11 +193,7 @@ def dlrm_table(e: DLRMEstimate) -> Table:
         f"{e.model_id} on {format_devices(e.num_devices, e.cluster_id)}  {e.strategy}  "
         f"global batch {e.global_batch_size:,} samples  {e.precision}"
     )
-    table = Table(title=title, show_header=True, header_style="bold")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    add_groups(table, dlrm_groups(e))
-    return table
+    return metric_table(title, dlrm_groups(e))
 
 
 def dlrm_groups(e: DLRMEstimate) -> dict[str, list[tuple[str, str]]]:
