@@ -148,17 +148,15 @@ def run(state: State, segment: Segment, placed: list[Placed] | None = None) -> S
     return State(times, paths)
 
 
-def _shift(before: State, after: State, slots: frozenset[str]) -> tuple[float, tuple[float, ...]] | None:
+def _shift(before: State, after: State, slots: frozenset[str]) -> float | None:
     """The common shift λ of ``slots`` from ``before`` to ``after``, or None if they moved
-    differently. Path increments are returned from the last-finishing slot."""
+    differently."""
     deltas = [after.times[s] - before.times.get(s, 0.0) for s in slots]
     lam = max(deltas)
     scale = max(abs(after.times[s]) for s in slots) or 1.0
     if any(abs(d - lam) > STEADY_RTOL * scale for d in deltas):
         return None
-    last = max(slots, key=after.times.__getitem__)
-    step = tuple(a - b for a, b in zip(after.paths[last], before.paths.get(last, _ZERO)))
-    return lam, step
+    return lam
 
 
 def sinks(segment: Segment) -> frozenset[str]:
@@ -204,9 +202,9 @@ def repeat(state: State, segment: Segment, count: int) -> State:
             steps = {s: tuple(a - b for a, b in zip(current.paths[s], previous.paths.get(s, _ZERO))) for s in core}
         floor = min(current.times[s] for s in core)
         settled = all(current.times.get(s, 0.0) <= floor for s in read_only)
-        if shift is not None and last_step is not None and settled and _same(last_step, (shift[0], steps)):
-            return _extrapolate(previous, current, segment, count - done, shift[0], steps, sunk)
-        last_step = (shift[0], steps) if shift is not None else None
+        if shift is not None and last_step is not None and settled and _same(last_step, (shift, steps)):
+            return _extrapolate(previous, current, segment, count - done, shift, steps, sunk)
+        last_step = (shift, steps) if shift is not None else None
         previous = current
     return previous
 

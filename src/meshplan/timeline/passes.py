@@ -333,13 +333,20 @@ class DataParallel:
     param_share_s: float  # distributed optimizer: the step's parameter all-gather per parameter
 
 
+def step_reduce_gather_s(program) -> tuple[float, float]:
+    """Seconds of the step's data-parallel gradient reduction (all-reduce or reduce-scatter) and
+    of the distributed optimizer's parameter all-gather (ZeRO 0-2)."""
+    reduce_s = sum(comm_s(c) for c in program.dp_comms if c.kind != "all_gather")
+    gather_s = sum(comm_s(c) for c in program.dp_comms if c.kind == "all_gather")
+    return reduce_s, gather_s
+
+
 def data_parallel(costed: CostedProgram, role: Role) -> DataParallel:
     program = costed.program
     plan = program.scenario.plan
     gathers = 3 if plan.recompute == "full" else 2
     units = float(max(max(program.scenario.stage_layers), 1))
-    reduce_s = sum(comm_s(c) for c in program.dp_comms if c.kind != "all_gather")
-    gather_s = sum(comm_s(c) for c in program.dp_comms if c.kind == "all_gather")
+    reduce_s, gather_s = step_reduce_gather_s(program)
     trainable = role.trainable_params or 1.0
     return DataParallel(
         gather_s=costed.zero3_gather_s / (units * gathers) if costed.zero3_gather_s else 0.0,

@@ -18,7 +18,7 @@ from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.engine import CATEGORIES, Pass, PassTime, schedule_pass
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
 from meshplan.timeline.passes import (
-    Layer, Overlap, backward_pass, data_parallel, edge_halves, forward_pass, layer_halves,
+    Layer, Overlap, backward_pass, data_parallel, edge_halves, forward_pass, layer_halves, step_reduce_gather_s,
 )
 from meshplan.timeline.paired import paired_pass
 from meshplan.timeline.pipeline_schedule import StageWork, pipeline_time
@@ -158,8 +158,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     works, p2p_s, overlap_p2p = pipeline_inputs(costed, passes)
     pipe = pipeline_time(works, m, plan.schedule, v, p2p_s, overlap_p2p)
 
-    reduce_s = sum(comm_s(c) for c in program.dp_comms if c.kind != "all_gather")
-    gather_s = sum(comm_s(c) for c in program.dp_comms if c.kind == "all_gather")
+    reduce_s, gather_s = step_reduce_gather_s(program)
     blocking = 0.0
     if not plan.overlap_grad_reduce:
         blocking += reduce_s
