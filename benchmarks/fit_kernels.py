@@ -137,7 +137,15 @@ def main() -> None:
         x = fit(lambda x: np.log(gemm_measured_s(gemm_kernel(x, tile, compute_overhead), d, element_bytes, c) / d["time_s"]),
                 [[0.72, 140, 0.2, 0.4, 10e-6, 20e-6], [0.6, 300, 0.8, 1.0, 40e-6, 30e-6]],
                 [0.05, 0, 0, 0, 0, 0], [1.0, 5000, 1.0, 10.0, 100e-6, 100e-6])
-        gemms[precision] = gemm_kernel(x, tile, compute_overhead)
+        gemm = gemm_kernel(x, tile, compute_overhead)
+        if precision != "bf16":
+            # no back-to-back run at small sizes: what this precision's isolated calls cost beyond
+            # the bf16 launch is put on the harness (torch._scaled_mm's heavier dispatch), not the
+            # kernel; the sum, and so the fit, is unchanged
+            launch = gemms["bf16"].launch_s
+            extra = gemm.launch_s - launch
+            gemm = gemm.model_copy(update={"launch_s": launch, "isolated_overhead_s": compute_overhead + extra})
+        gemms[precision] = gemm
         print(f"# gemm {precision}: {errors(gemm_measured_s(gemms[precision], d, element_bytes, c), d['time_s'])}")
 
     att = rows(args.data / "attention.csv")
