@@ -12,8 +12,8 @@ max(isolated floor, kernel time + the harness's per-call overhead); the floor is
 overhead is the difference between the 2048^3 GEMM timed alone (gemm_bf16.csv) and back to back
 (power.csv), and estimates use neither (specs.kernels.KernelModels).
 The printed YAML goes into src/meshplan/catalog/efficiency.yaml by hand, with the errors.
-Needs scipy and pandas-free numpy only (csv module); scipy is a development tool, not a
-meshplan dependency.
+Needs scipy (a development tool, not a meshplan dependency); the CSV files are read with the
+standard csv module.
 """
 
 from __future__ import annotations

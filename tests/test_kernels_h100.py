@@ -23,7 +23,7 @@ from meshplan.costs.kernels import Chip, attention_s, gemm_s, memory_op_s
 from meshplan.errors import MeshplanError
 from meshplan.parallel.program import shard_op
 from meshplan.specs.base import build
-from meshplan.specs.device import Efficiency
+from meshplan.specs.device import Device, Efficiency
 from meshplan.specs.model import TransformerModel
 from meshplan.workloads.ops import AttentionShape
 from meshplan.workloads.transformer import layer_blocks
@@ -154,3 +154,23 @@ def test_bad_kernel_profile_names_the_field():
     bad_fraction = {**raw["kernels"]["gemm"]["bf16"], "sm_fraction": 1.5}
     with pytest.raises(MeshplanError, match="sm_fraction"):
         build(Efficiency, {**raw, "kernels": {**raw["kernels"], "gemm": {"bf16": bad_fraction}}}, "efficiency.hopper")
+
+
+def test_a_device_without_sm_count_is_refused_by_a_kernel_profile():
+    device = DEVICE.model_copy(update={"sm_count": None})
+    with pytest.raises(MeshplanError) as err:
+        Roofline.of(device, catalog.efficiency("hopper"), "bf16")
+    assert err.value.field == "device.sm_count"
+
+
+def test_sm_count_needs_a_source():
+    raw = {**catalog._raw("devices")["h100-sxm5-80gb"], "id": "x"}
+    raw["sources"] = {k: v for k, v in raw["sources"].items() if k != "sm_count"}
+    with pytest.raises(MeshplanError, match="sm_count"):
+        build(Device, raw, "device")
+
+
+def test_fp8_training_runs_attention_at_the_bf16_peak():
+    fp8 = Roofline.of(DEVICE, catalog.efficiency("hopper"), "fp8")
+    assert fp8.attention_chip.peak_flop_per_s == DEVICE.peak("bf16")
+    assert fp8.chip.peak_flop_per_s == DEVICE.peak("fp8")
