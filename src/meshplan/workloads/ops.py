@@ -52,6 +52,11 @@ class Op:
     params: float = 0.0
     expert: bool = False  # routed-expert weights: split over expert parallelism
     saved: tuple[Saved, ...] = ()
+    # a GEMM that FP8/FP4 training runs in low precision, keeping its saved input quantized:
+    # every linear layer of the decoder; the embedding, output layer and MoE router stay 16-bit
+    # (DeepSeek-V3 report, Sec. 3.3; Megatron-Core builds the output layer outside Transformer
+    # Engine)
+    low_precision: bool = False
 
 
 def dense_flop(ops, names: set[str] | tuple[str, ...] | None = None, expert_scale: float = 1.0) -> float:
