@@ -49,3 +49,18 @@ def test_fsdp_quantizes_only_the_gathered_layers():
     layer_gemm = (model.num_params - 2 * model.vocab_size * model.hidden_size) / model.num_layers - 2 * model.hidden_size
     assert sharded.low_precision_weights_bytes == pytest.approx(2.0 * 2 * layer_gemm, rel=1e-3)
     assert replicated.low_precision_weights_bytes > 10 * sharded.low_precision_weights_bytes
+
+
+def test_fp8_params_store_the_gemm_weights_in_one_byte():
+    """With FP8 primary weights the 16-bit copy of each GEMM weight is gone and only the
+    column-wise copy is extra: 16-bit edge weights + 1 byte + 1 byte per GEMM weight."""
+    model = catalog.model("llama3-8b")
+    edges = 2 * model.vocab_size * model.hidden_size + model.num_layers * 2 * model.hidden_size + model.hidden_size
+    gemm_params = model.num_params - edges
+    kw = dict(num_devices=8, tp=1, global_batch_size=8, precision="fp8")
+    own = api.estimate("llama3-8b", "dgx-h100", fp8_params=True, **kw).memory
+    assert own.weights_bytes == pytest.approx(2.0 * edges + gemm_params, rel=1e-9)
+    assert own.low_precision_weights_bytes == pytest.approx(gemm_params, rel=1e-9)
+    assert api.estimate("llama3-8b", "dgx-h100", framework="nemo", **kw).memory.weights_bytes == own.weights_bytes
+    bf16 = api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=1, global_batch_size=8, fp8_params=True).memory
+    assert bf16.weights_bytes == pytest.approx(2.0 * model.num_params, rel=1e-9)  # nothing to keep in FP8

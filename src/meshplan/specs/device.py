@@ -44,6 +44,23 @@ class EfficiencyCurve(Spec):
         return self
 
 
+class PowerModel(Spec):
+    """What a device draws: idle power plus energy per flop and per HBM byte of its work
+    (meshplan.costs.power). Fitted on measured power, not on runs."""
+
+    idle_w: float = Field(ge=0)
+    joules_per_flop: dict[Precision, float] = Field(min_length=1)
+    joules_per_hbm_byte: float = Field(ge=0)
+    source: str
+
+    @model_validator(mode="after")
+    def _positive(self) -> "PowerModel":
+        bad = {p: j for p, j in self.joules_per_flop.items() if not j > 0}
+        if bad:
+            raise ValueError(f"joules_per_flop must be positive, got {bad}")
+        return self
+
+
 class Efficiency(Spec):
     """How close a device gets to its peaks, per op kind. See catalog/efficiency.yaml."""
 
@@ -61,6 +78,9 @@ class Efficiency(Spec):
     # flop-equivalents per byte when sizing a kernel for its curve: the family's ridge point,
     # fixed here so that a faster memory or compute never shrinks a kernel's size
     size_flop_per_byte: float = Field(default=0.0, ge=0.0)
+    # sustained power: work drawing more than the device's TDP runs at lower clocks; None: the
+    # family has no power measurement and runs uncapped (its fit then absorbs the cap)
+    power: PowerModel | None = None
     source: str
 
 

@@ -63,6 +63,9 @@ class Plan(Spec):
     # schedules (overlap_p2p_comm) and batched and waited on in the others
     overlap_p2p: bool | None = None
     grad_reduce_precision: Literal["fp32", "bf16", "fp16"] | None = None  # None: fp32 unless ZeRO-3
+    # FP8/FP4 training keeps its GEMM weights in that precision, with no 16-bit copy (Transformer
+    # Engine fp8_model_init; Megatron --fp8-param-gather, NeMo fp8_params)
+    fp8_params: bool = False
     order: str = "tp-cp-dp-pp"
 
     @model_validator(mode="before")
