@@ -77,7 +77,10 @@ def estimate(
     recompute: Optional[str] = typer.Option(None, help="Activation recompute: none, selective or full."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
-    train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time and GPU-hours."),
+    train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time, GPU-hours, energy and cost."),
+    pue: Optional[float] = typer.Option(None, help="Power usage effectiveness of the data center (default 1.0: IT energy)."),
+    grid_carbon: Optional[float] = typer.Option(None, help="Grid carbon intensity, kg CO2e per kWh, for the emissions of training."),
+    price: Optional[float] = typer.Option(None, help="Price per device-hour, for the cost of training."),
     strategy: Optional[str] = typer.Option(None, help="Per-layer-kind strategy, innermost network level first (MAD Max), e.g. 'embedding=(mp) dense=(tp,ddp)' for a DLRM or 'transformer=(tp,ddp)' for an LLM."),
     task_kind: Optional[str] = typer.Option(None, "--task", help="pretrain, finetune or inference."),
     frozen_layers: Optional[int] = typer.Option(None, help="Finetune: leading decoder layers kept frozen."),
@@ -102,7 +105,8 @@ def estimate(
     plan.update({k: v for k, v in plan_flags.items() if v is not None})
     task = _section(cfg, "task")
     task_flags = {"train_tokens": train_tokens, "kind": task_kind, "frozen_layers": frozen_layers,
-                  "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
+                  "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len, "pue": pue,
+                  "grid_kg_co2e_per_kwh": grid_carbon, "price_per_device_hour": price}
     task.update({k: v for k, v in task_flags.items() if v is not None})
     _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices,
                                  **{f"plan.{field}": flags[flag] for flag, field in _PLAN_FLAGS.items()},

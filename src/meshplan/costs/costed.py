@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from meshplan import catalog
 from meshplan.costs.collectives import collective_s
 from meshplan.costs.compute import Roofline
-from meshplan.costs.power import capped_scale, dynamic_energy_j
+from meshplan.costs.power import capped_scale, dynamic_energy_j, op_work
 from meshplan.errors import MeshplanError
 from meshplan.parallel.program import Comm, Program, ShardedOp
 
@@ -101,29 +101,30 @@ class KindTimes:
     cp_exposed_backward_s: float
 
 
-def _work_j(ops: tuple[ShardedOp, ...], power, precision: str, element_bytes: float) -> float:
-    """Dynamic energy of the forward and backward of ``ops``: three times each forward's flop
-    and, as a floor on their HBM traffic, three times each GEMM's operands and result read or
-    written once and each other op's bytes (backward doubles the forward, COMET Table 1)."""
+def _work_j(ops: tuple[ShardedOp, ...], power, precision: str, element_bytes: float, rerun: tuple[str, ...] = ()) -> float:
+    """Dynamic energy of the forward and backward of ``ops``: three times each forward's work
+    (backward doubles the forward, COMET Table 1), and once more for the ops ``rerun`` in
+    backward (recompute)."""
     flop: dict[str, float] = {}
     traffic = 0.0
     for op in ops:
-        low = op.op.kind == "matmul" and (op.op.low_precision or precision not in ("fp8", "fp4"))
-        p = precision if low else ("fp32" if precision == "fp32" else "bf16")
-        flop[p] = flop.get(p, 0.0) + 3.0 * op.flop
-        if op.op.kind == "matmul":
-            traffic += 3.0 * (op.m * op.k + op.k * op.n + op.m * op.n) * element_bytes
-        else:
-            traffic += 3.0 * op.bytes
+        work = op_work(op, precision, element_bytes)
+        times = 4.0 if op.op.name in rerun else 3.0
+        flop[work.precision] = flop.get(work.precision, 0.0) + times * work.flop
+        traffic += times * work.hbm_bytes
     return dynamic_energy_j(power, flop, traffic)
 
 
 def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Roofline, power, tdp_w: float,
-                 precision: str, element_bytes: float) -> dict[str, OpTimes]:
+                 precision: str, element_bytes: float, rerun: tuple[str, ...] = ()) -> dict[str, OpTimes]:
     """``times`` stretched as the power cap stretches them (meshplan.costs.power): ``ops``'
-    forward and backward together draw their dynamic energy over their time."""
-    busy = sum(t.forward_s + t.backward_s for t in times.values())
-    scale = capped_scale(power, tdp_w, _work_j(ops, power, precision, element_bytes) if power else 0.0, busy)
+    forward and backward (and the forward of those ``rerun`` by recompute) together draw their
+    dynamic energy over their time. One factor for all, so the capped total is max(time,
+    energy / headroom): never longer on a faster device."""
+    if power is None or not power.cap_clocks:
+        return times
+    busy = sum(t.forward_s + t.backward_s for t in times.values()) + sum(times[name].forward_s for name in rerun)
+    scale = capped_scale(power, tdp_w, _work_j(ops, power, precision, element_bytes, rerun), busy)
     if scale == 1.0:
         return times
     return {name: OpTimes(t.forward_s * scale, t.backward_s * scale, t.weight_s * scale) for name, t in times.items()}
@@ -132,7 +133,7 @@ def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Ro
 def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None) -> KindTimes:
     ops = {op.op.name: op_times(op, roof, element_bytes) for op in kind.ops}
     if cap is not None:
-        ops = cap(ops, kind.ops)
+        ops = cap(ops, kind.ops, kind.recompute_ops)
     tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
@@ -165,8 +166,8 @@ def cost_program(program: Program) -> CostedProgram:
     if power is not None and device.tdp_w <= power.idle_w:
         raise MeshplanError("device.tdp_w", device.tdp_w, f"more than the {device.efficiency} profile's idle power ({power.idle_w} W)")
 
-    def cap(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...]) -> dict[str, OpTimes]:
-        return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb)
+    def cap(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], rerun: tuple[str, ...] = ()) -> dict[str, OpTimes]:
+        return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb, rerun)
 
     kinds = {name: _kind_times(kind, roof, eb, full, cap) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0

@@ -15,7 +15,30 @@ milliseconds, so the cap is applied to a layer's forward and backward together, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from meshplan.specs.device import PowerModel
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one op's forward does: flop in a precision, and a floor on its HBM traffic (a
+    GEMM's operands and result read or written once; another op's bytes)."""
+
+    precision: str
+    flop: float
+    hbm_bytes: float
+
+
+def op_work(op, plan_precision: str, element_bytes: float) -> Work:
+    """The forward work of a sharded op (meshplan.parallel.program.ShardedOp). Low-precision
+    GEMMs run in the plan's precision; attention, the router and the output layer in 16 bits."""
+    inner = op.op
+    if inner.kind == "matmul":
+        low = inner.low_precision or plan_precision not in ("fp8", "fp4")
+        precision = plan_precision if low else "bf16"
+        return Work(precision, op.flop, (op.m * op.k + op.k * op.n + op.m * op.n) * element_bytes)
+    return Work("fp32" if plan_precision == "fp32" else "bf16", op.flop, op.bytes)
 
 
 def dynamic_energy_j(power: PowerModel, flop_by_precision: dict[str, float], hbm_bytes: float) -> float:

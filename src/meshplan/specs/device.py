@@ -51,6 +51,10 @@ class PowerModel(Spec):
     idle_w: float = Field(ge=0)
     joules_per_flop: dict[Precision, float] = Field(min_length=1)
     joules_per_hbm_byte: float = Field(ge=0)
+    joules_per_l2_byte: float | None = Field(default=None, ge=0)  # on-chip cache traffic, where measured
+    # whether work drawing more than the TDP slows down (meshplan.costs.power); false where the
+    # profile's efficiencies were fitted on sustained runs that already ran at the capped clock
+    cap_clocks: bool = True
     source: str
 
     @model_validator(mode="after")
