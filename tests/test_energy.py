@@ -82,3 +82,17 @@ def test_training_footprint_scales_energy_by_pue_carbon_and_price():
     assert e.cost_to_train(1e12) == pytest.approx(e.device_hours(1e12) * 2.0, rel=1e-12)
     with pytest.raises(Exception, match="pue"):
         api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=1, global_batch_size=64, task={"pue": 0.9})
+
+
+def test_serving_energy_per_token_falls_with_the_batch():
+    """Decoding reads every weight once per step whatever the batch: a bigger batch shares that
+    energy (and the idle power) among more tokens."""
+    def per_token(batch):
+        task = {"kind": "inference", "batch_size": batch, "prompt_len": 512, "output_len": 64}
+        e = api.estimate("llama3-8b", "dgx-h100", num_devices=1, task=task)
+        assert e.decode_energy.total_j == pytest.approx(
+            e.decode_energy.compute_j + e.decode_energy.memory_j + e.decode_energy.static_j, rel=1e-12)
+        assert e.decode_energy.average_device_w <= e.decode_energy.tdp_w
+        return e.energy_per_output_token_j
+
+    assert per_token(32) < per_token(4) < per_token(1)

@@ -11,7 +11,7 @@ from meshplan.errors import MeshplanError
 from meshplan.explore.search import ROW_TYPES, SearchResult, search_strategies
 from meshplan.explore.search import search as run_search
 from meshplan.explore.executors import EXECUTORS, make_executor
-from meshplan.explore.pareto import device_counts, devices_front, memory_front
+from meshplan.explore.pareto import device_counts, devices_front, energy_front, memory_front
 from meshplan.explore.serving import search_serving
 from meshplan.explore.space import SearchSpace
 from meshplan.explore.store import PlanStore
@@ -196,8 +196,8 @@ def _check_fixed_fields(plan_data: dict, space, resolved, task) -> None:
 
 
 def pareto(model, cluster, num_devices, plan=None, space=None, task=None, progress=None, **plan_fields) -> dict:
-    """Exact Pareto fronts around the best plan: step time vs memory per device, and step time
-    vs devices used (num_devices, num_devices/2, ...). ``progress(done, total)`` counts the plans
+    """Exact Pareto fronts around the best plan: step time vs memory per device, step time vs
+    devices used (num_devices, num_devices/2, ...), and step time vs energy per step. ``progress(done, total)`` counts the plans
     the memory front considers, then one more for each device count's search."""
     job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
     if isinstance(job[0], DLRMModel) or job[5].kind == "inference":
@@ -216,6 +216,7 @@ def pareto(model, cluster, num_devices, plan=None, space=None, task=None, progre
     return {
         "memory": memory_front(*job, progress=memory_progress if progress else None),
         "devices": devices_front(*job, progress=devices_progress if progress else None),
+        "energy": energy_front(*job),
     }
 
 
@@ -232,9 +233,10 @@ def search(
     executor: str = "serial",
     workers: int | None = None,
     store: str | None = None,
+    objective: str = "time",
     **plan_fields,
 ) -> SearchResult:
-    """The ``top`` fastest plans that fit, exactly. ``plan`` holds what is not searched (global
+    """The ``top`` best plans that fit by ``objective`` (time, energy, edp or cost), exactly. ``plan`` holds what is not searched (global
     batch, seq_len, precision); ``space`` narrows or widens the knobs searched::
 
         meshplan.search("llama3-70b", "dgx-h100", 512, global_batch_size=1024, seq_len=8192)
@@ -245,6 +247,8 @@ def search(
     _check_search_options(top, executor, workers)
     job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
     resolved_model, resolved_cluster, _, base, resolved_space, resolved_task = job
+    if objective != "time" and (isinstance(resolved_model, DLRMModel) or resolved_task.kind == "inference"):
+        raise MeshplanError("--objective", objective, "time: DLRM and serving searches rank by time")
     if isinstance(resolved_model, DLRMModel):  # per-layer-kind strategies (MAD Max Sec. 2.2)
         result = search_strategies(resolved_model, resolved_cluster, num_devices, base, top, resolved_task)
         if not result.top:
@@ -270,7 +274,7 @@ def search(
     try:
         result = run_search(
             resolved_model, resolved_cluster, num_devices, base, resolved_space, top, resolved_task,
-            progress, reference, None if executor == "serial" else pool, plan_store,
+            progress, reference, None if executor == "serial" else pool, plan_store, objective=objective,
         )
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

@@ -164,13 +164,14 @@ def search(
     seq_len: Optional[int] = typer.Option(None, help="Tokens per sequence (default: the model's)."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     top: int = typer.Option(10, help="How many of the best plans to show."),
-    objective: str = typer.Option("time", help="What to minimize: time (step time)."),
+    objective: str = typer.Option("time", help="What to minimize per step: time, energy, edp (energy x time) or cost (needs --price)."),
+    price: Optional[float] = typer.Option(None, help="Price per device-hour, for --objective cost."),
     executor: str = typer.Option("local", help="serial, local (worker processes) or ray."),
     workers: Optional[int] = typer.Option(None, help="Worker processes for --executor local (default: all cores)."),
     store: Optional[Path] = typer.Option(None, help="Keep every evaluated plan here as Parquet; resume from it."),
     config: Optional[Path] = typer.Option(None, help="Run config (YAML or JSON) with an optional space: block."),
     set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. space.tp=[1,2,4,8] (repeatable)."),
-    pareto: bool = typer.Option(False, "--pareto", help="Also show the exact Pareto fronts (time vs memory, time vs devices)."),
+    pareto: bool = typer.Option(False, "--pareto", help="Also show the exact Pareto fronts (time vs memory, vs devices, vs energy)."),
     task_kind: Optional[str] = typer.Option(None, "--task", help="pretrain, finetune or inference (ranks tp x pp by time per output token)."),
     batch: Optional[int] = typer.Option(None, help="Inference: sequences served at once."),
     prompt_len: Optional[int] = typer.Option(None, help="Inference: prompt tokens per sequence."),
@@ -182,8 +183,6 @@ def search(
     from meshplan.config import apply_override, load_config
     from meshplan.explore.pareto import why_slower
 
-    if objective != "time":
-        raise MeshplanError("--objective", objective, "one of: time")
     cfg = load_config(str(config) if config else None)
     for assignment in set_:
         cfg = apply_override(cfg, assignment)
@@ -195,7 +194,8 @@ def search(
     if num_devices is None:
         raise MeshplanError("devices", None, "give --devices N or devices: in --config")
     task = _section(cfg, "task")
-    task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
+    task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len,
+                  "price_per_device_hour": price}
     task.update({k: v for k, v in task_flags.items() if v is not None})
     _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices, "plan.global_batch_size": global_batch,
                                  "plan.seq_len": seq_len, "plan.precision": precision,
@@ -206,14 +206,14 @@ def search(
     with _progress("evaluating plans") as report:
         result = api.search(
             model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, task,
-            progress=report, executor=executor, workers=workers, store=str(store) if store else None,
+            progress=report, executor=executor, workers=workers, store=str(store) if store else None, objective=objective,
         )
     fronts = None
     if pareto:
         with _progress("Pareto fronts") as report:
             fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), task, progress=report)
     dlrm = bool(result.top) and "strategy" in result.top[0]
-    runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not (serving or dlrm) else None
+    runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not (serving or dlrm) and objective == "time" else None
     summary = (
         f"{result.space_size} points in the space, {result.candidates} valid plans, {result.evaluated} evaluated "
         f"exactly ({result.infeasible_memory} do not fit, {result.reused} reused from the store), {result.wall_s:.2f} s"
@@ -228,12 +228,14 @@ def search(
         from meshplan.report import dlrm_search_table, front_table, runner_up_line, search_table, serving_table
 
         console = _console()
-        console.print(serving_table(result) if serving else dlrm_search_table(result) if dlrm else search_table(result))
+        console.print(serving_table(result) if serving else dlrm_search_table(result) if dlrm else search_table(result, objective))
         if runner_up:
             console.print(runner_up_line(runner_up))
         if fronts:
             console.print(front_table("Pareto front: step time vs memory per device", fronts["memory"]))
             console.print(front_table("Pareto front: step time vs devices used", fronts["devices"]))
+            if fronts["energy"]:
+                console.print(front_table("Pareto front: step time vs energy per step", fronts["energy"]))
     _console(stderr=True).print(summary)
 
 

@@ -143,7 +143,16 @@ def inference_table(e) -> Table:
         ("  KV cache", format_bytes(e.memory.kv_cache_bytes)),
         ("  activations", format_bytes(e.memory.activations_bytes)),
     ]
-    return metric_table(title, {"time": rows, "memory": memory_rows})
+    groups = {"time": rows, "memory": memory_rows}
+    if e.energy_per_output_token_j is not None:
+        groups["energy"] = [
+            ("energy per output token", format_energy(e.energy_per_output_token_j)),
+            ("energy per request batch", format_energy(e.energy_per_request_j)),
+            ("  prefill", format_energy(e.prefill_energy.total_j)),
+            ("  one decode step", format_energy(e.decode_energy.total_j)),
+            ("power per device in decode (average)", f"{e.decode_energy.average_device_w:,.0f} W of {e.decode_energy.tdp_w:,.0f} W"),
+        ]
+    return metric_table(title, groups)
 
 
 def validation_tables(results, summary) -> list[Table]:
@@ -181,11 +190,13 @@ _PLAN_HEAD = ("tp", "pp", "dp", "cp", "mb", "vpp", "recompute", "zero", "sp")
 
 
 def front_table(title: str, rows: list[dict]) -> Table:
+    energy = any(r.get("energy_j") is not None for r in rows)
     table = Table(title=title, header_style="bold")
-    for col in ("devices", *_PLAN_HEAD, "step", "memory"):
+    for col in ("devices", *_PLAN_HEAD, "step", "memory", *(("energy/step",) if energy else ())):
         table.add_column(col, justify="left" if col == "recompute" else "right")
     for r in rows:
-        table.add_row(str(r["num_devices"]), *_plan_cells(r), format_seconds(r["step_time_s"]), format_bytes(r["memory_bytes"]))
+        cells = [str(r["num_devices"]), *_plan_cells(r), format_seconds(r["step_time_s"]), format_bytes(r["memory_bytes"])]
+        table.add_row(*cells, *((format_energy(r["energy_j"]),) if energy else ()))
     return table
 
 
@@ -197,15 +208,195 @@ def runner_up_line(why: dict) -> str:
     return f"runner-up ({changed}) is {format_seconds(why['slower_by_s'])} slower: {parts}"
 
 
-def search_table(result) -> Table:
-    table = Table(title=f"Best {len(result.top)} plans (of {result.candidates} valid)", header_style="bold")
-    for col in ("rank", *_PLAN_HEAD, "step", "tokens/s", "MFU", "memory"):
+def search_table(result, objective: str = "time") -> Table:
+    energy = any(r.get("energy_j") is not None for r in result.top)
+    by = "" if objective == "time" else f" by {objective}"
+    table = Table(title=f"Best {len(result.top)} plans{by} (of {result.candidates} valid)", header_style="bold")
+    for col in ("rank", *_PLAN_HEAD, "step", "tokens/s", "MFU", "memory", *(("energy/step", "W/device") if energy else ()),
+                *(("cost/step",) if objective == "cost" else ())):
         table.add_column(col, justify="left" if col == "recompute" else "right")
     for rank, r in enumerate(result.top, start=1):
-        table.add_row(
-            str(rank), *_plan_cells(r), format_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
-            f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"]),
-        )
+        cells = [str(rank), *_plan_cells(r), format_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
+                 f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"])]
+        if energy:
+            cells += [format_energy(r["energy_j"]), f"{r['average_device_w']:,.0f}"]
+        if objective == "cost":
+            cells.append(f"{r['cost_per_step']:,.4g}")
+        table.add_row(*cells)
+    return table
+
+
+_KIND_NAMES = {
+    "embedding_lookup": "embedding lookups", "gemm": "GEMM", "other": "other (interaction, loss, optimizer)",
+    "all_to_all": "all-to-all", "all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
+}
+
+
+def dlrm_table(e: DLRMEstimate) -> Table:
+    title = (
+        f"{e.model_id} on {format_devices(e.num_devices, e.cluster_id)}  {e.strategy}  "
+        f"global batch {e.global_batch_size:,} samples  {e.precision}"
+    )
+    return metric_table(title, dlrm_groups(e))
+
+
+def energy_rows(e: Estimate) -> list[tuple[str, str]]:
+    """Energy per step by component, device power against the TDP, and the footprint of the
+    training run when the task names its tokens."""
+    en = e.energy
+    rows = [
+        ("energy per step", format_energy(en.total_j)),
+        ("  compute", format_energy(en.compute_j)),
+        ("  HBM traffic", format_energy(en.memory_j)),
+        *((f"  links {level}", format_energy(j)) for level, j in en.links_j.items() if j > 0),
+        ("  idle power", format_energy(en.static_j)),
+        ("power per device (average / busiest)", f"{en.average_device_w:,.0f} W / {en.peak_device_w:,.0f} W of {en.tdp_w:,.0f} W"),
+    ]
+    if e.train_tokens:
+        pue = e.footprint.get("pue", 1.0)
+        rows.append((f"energy to train {e.train_tokens:.3g} tokens", f"{format_energy(e.energy_to_train_j(e.train_tokens))} (PUE {pue:g})"))
+        co2e = e.co2e_to_train_kg(e.train_tokens)
+        if co2e is not None:
+            rows.append(("  emissions", f"{co2e / 1000:,.1f} t CO2e"))
+        cost = e.cost_to_train(e.train_tokens)
+        if cost is not None:
+            rows.append(("  cost", f"{cost:,.0f} (device-hours x price)"))
+    return rows
+
+
+def _memory_name(field: str) -> str:
+    """'optimizer_bytes' -> 'optimizer state' (not to be read as the optimizer's time)."""
+    name = field.removesuffix("_bytes")
+    return "optimizer state" if name == "optimizer" else name.replace("_", " ")
+
+
+def add_groups(table: Table, groups: dict[str, list[tuple[str, str]]]) -> None:
+    """Rows in groups, a rule between groups."""
+    for index, rows in enumerate(groups.values()):
+        if index:
+            table.add_section()
+        for name, value in rows:
+            table.add_row(name, value)
+
+
+def _runs(values: tuple[int, ...]) -> str:
+    """``15, 16 x6, 15`` for (15, 16, 16, 16, 16, 16, 16, 15)."""
+    out: list[list[int]] = []
+    for v in values:
+        if out and out[-1][0] == v:
+            out[-1][1] += 1
+        else:
+            out.append([v, 1])
+    return ", ".join(f"{v} x{n}" if n > 1 else str(v) for v, n in out)
+
+
+def inference_table(e) -> Table:
+    p = e.plan
+    title = (
+        f"{e.model_id} inference on {format_devices(e.num_devices, e.cluster_id)}  tp={p['tp']} pp={p['pp']} dp={p['dp']} "
+        f"batch={e.batch_size} prompt={e.prompt_len} output={e.output_len} {p['precision']}"
+    )
+
+    def bound(phase) -> str:
+        kind = "memory-bandwidth bound" if phase.memory_bound else "compute bound"
+        return f"{format_seconds(phase.roofline_s)} ({kind})"
+
+    rows = [
+        ("time to first token (prefill)", format_seconds(e.ttft_s)),
+        ("  roofline bound", bound(e.prefill)),
+        ("time per output token (decode)", format_seconds(e.tpot_s)),
+        ("  roofline bound", bound(e.decode)),
+        ("  of which tp communication", format_seconds(e.decode.tp_comm_s)),
+        ("request latency", format_seconds(e.request_s)),
+        ("decode tokens/s", f"{e.decode_tokens_per_s:,.0f}"),
+        ("output tokens/s over the request", f"{e.tokens_per_s:,.0f}"),
+    ]
+    memory_rows = [
+        ("memory per device", f"{format_bytes(e.memory.total_bytes)} of {format_bytes(e.memory.capacity_bytes)}" + ("" if e.fits else "  DOES NOT FIT")),
+        ("  weights", format_bytes(e.memory.weights_bytes)),
+        ("  KV cache", format_bytes(e.memory.kv_cache_bytes)),
+        ("  activations", format_bytes(e.memory.activations_bytes)),
+    ]
+    groups = {"time": rows, "memory": memory_rows}
+    if e.energy_per_output_token_j is not None:
+        groups["energy"] = [
+            ("energy per output token", format_energy(e.energy_per_output_token_j)),
+            ("energy per request batch", format_energy(e.energy_per_request_j)),
+            ("  prefill", format_energy(e.prefill_energy.total_j)),
+            ("  one decode step", format_energy(e.decode_energy.total_j)),
+            ("power per device in decode (average)", f"{e.decode_energy.average_device_w:,.0f} W of {e.decode_energy.tdp_w:,.0f} W"),
+        ]
+    return metric_table(title, groups)
+
+
+def validation_tables(results, summary) -> list[Table]:
+    cases = Table(title="Validation: predicted vs measured step time", header_style="bold")
+    for col in ("case", "group", "measured", "predicted", "error"):
+        cases.add_column(col, justify="left" if col in ("case", "group") else "right")
+    for r in results:
+        if r.error:
+            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), "-", f"not scored: {r.error}")
+        else:
+            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), _s(r.predicted_step_time_s),
+                          f"{r.relative_error:+.1%}" + ("" if r.fits else " (predicted not to fit)"))
+    groups = Table(title="Absolute error per group", header_style="bold")
+    for col in ("group", "cases", "not scored", "median", "max"):
+        groups.add_column(col, justify="left" if col == "group" else "right")
+    for g, stats in summary.items():
+        median = "-" if stats["median_abs_error"] is None else f"{stats['median_abs_error']:.1%}"
+        worst = "-" if stats["max_abs_error"] is None else f"{stats['max_abs_error']:.1%}"
+        groups.add_row(g, str(stats["cases"]), str(stats["failed"]), median, worst)
+    return [cases, groups]
+
+
+def _s(value) -> str:
+    return "-" if value is None else f"{value:.4g} s"
+
+
+def _plan_cells(r: dict) -> tuple[str, ...]:
+    return (
+        str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["cp"]), str(r["micro_batch_size"]),
+        str(r["virtual_pipeline_stages"]), r["recompute"], str(r["zero_stage"]), "y" if r["sequence_parallel"] else "n",
+    )
+
+
+_PLAN_HEAD = ("tp", "pp", "dp", "cp", "mb", "vpp", "recompute", "zero", "sp")
+
+
+def front_table(title: str, rows: list[dict]) -> Table:
+    energy = any(r.get("energy_j") is not None for r in rows)
+    table = Table(title=title, header_style="bold")
+    for col in ("devices", *_PLAN_HEAD, "step", "memory", *(("energy/step",) if energy else ())):
+        table.add_column(col, justify="left" if col == "recompute" else "right")
+    for r in rows:
+        cells = [str(r["num_devices"]), *_plan_cells(r), format_seconds(r["step_time_s"]), format_bytes(r["memory_bytes"])]
+        table.add_row(*cells, *((format_energy(r["energy_j"]),) if energy else ()))
+    return table
+
+
+def runner_up_line(why: dict) -> str:
+    changed = ", ".join(f"{k} {a}->{b}" for k, (a, b) in why["changed"].items())
+    if why.get("tie"):
+        return f"runner-up ({changed}) ties with the best (same step time)"
+    parts = ", ".join(f"{k.removesuffix('_s')} {v:+.3g} s" for k, v in why["components_s"].items() if abs(v) > 0)
+    return f"runner-up ({changed}) is {format_seconds(why['slower_by_s'])} slower: {parts}"
+
+
+def search_table(result, objective: str = "time") -> Table:
+    energy = any(r.get("energy_j") is not None for r in result.top)
+    by = "" if objective == "time" else f" by {objective}"
+    table = Table(title=f"Best {len(result.top)} plans{by} (of {result.candidates} valid)", header_style="bold")
+    for col in ("rank", *_PLAN_HEAD, "step", "tokens/s", "MFU", "memory", *(("energy/step", "W/device") if energy else ()),
+                *(("cost/step",) if objective == "cost" else ())):
+        table.add_column(col, justify="left" if col == "recompute" else "right")
+    for rank, r in enumerate(result.top, start=1):
+        cells = [str(rank), *_plan_cells(r), format_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
+                 f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"])]
+        if energy:
+            cells += [format_energy(r["energy_j"]), f"{r['average_device_w']:,.0f}"]
+        if objective == "cost":
+            cells.append(f"{r['cost_per_step']:,.4g}")
+        table.add_row(*cells)
     return table
 
 

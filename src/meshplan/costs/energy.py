@@ -95,45 +95,54 @@ class _Tally:
                 self.link[level] = self.link.get(level, 0.0) + times * c.count * moved
 
 
-def step_energy(costed: CostedProgram, step_s: float) -> EnergyBreakdown | None:
-    """Energy of one training step, or None where the device's profile has no power model."""
-    from meshplan import catalog
-
-    program = costed.program
+def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_trains: bool) -> _Tally:
+    """What one device of ``role`` does over ``micro_batches`` micro-batches: forward, and
+    unless ``forward_only`` the backward, recompute and the step's data-parallel traffic."""
     s = program.scenario
-    device, cluster, plan = s.cluster.device, s.cluster, s.plan
-    power: PowerModel | None = catalog.efficiency(device.efficiency).power
-    if power is None:
-        return None
-    m = s.num_micro_batches
+    plan, m = s.plan, micro_batches
+    t = _Tally(plan.precision, program.element_bytes)
     full = plan.recompute == "full"
-    embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
-    compute = memory = 0.0
-    links: dict[str, float] = {}
-    peak = 0.0
-    by_role: dict[str, float] = {}
-    for role in program.roles:
-        t = _Tally(plan.precision, program.element_bytes)
-        trained_any = role.layers > role.frozen_layers
-        for name, count, frozen in role.layer_counts:
-            kind = program.kinds[name]
-            trained = count - frozen
-            t.ops(kind.ops, m * (count + 2 * trained))
-            t.ops([op for op in kind.ops if op.op.name in kind.recompute_ops], m * trained)
-            for comms in (kind.tp_comms, kind.cp_comms, kind.ep_comms):
-                t.comms(comms, m * count)
-                t.comms(comms, m * trained, backward=True)
-                if full:
-                    t.comms(comms, m * trained)
-        t.ops(role.tail, 3 * m)
-        t.ops(role.head, m * (3 if embedding_trains else 1))
-        t.comms((*role.head_comms, *role.tail_comms), m)
-        t.comms((*role.head_comms, *role.tail_comms), m if trained_any else 0, backward=True)
-        if program.pp_comm is not None:
-            t.comms((program.pp_comm,), m * program.pp_sends_per_micro_batch * (2 if trained_any else 1))
+    back = 0 if forward_only else 1
+    trained_any = back and role.layers > role.frozen_layers
+    for name, count, frozen in role.layer_counts:
+        kind = program.kinds[name]
+        trained = (count - frozen) * back
+        t.ops(kind.ops, m * (count + 2 * trained))
+        t.ops([op for op in kind.ops if op.op.name in kind.recompute_ops], m * trained)
+        for comms in (kind.tp_comms, kind.cp_comms, kind.ep_comms):
+            t.comms(comms, m * count)
+            t.comms(comms, m * trained, backward=True)
+            if full:
+                t.comms(comms, m * trained)
+    t.ops(role.tail, m * (1 + 2 * back))
+    t.ops(role.head, m * (1 + 2 * back * embedding_trains))
+    t.comms((*role.head_comms, *role.tail_comms), m)
+    t.comms((*role.head_comms, *role.tail_comms), m * trained_any, backward=True)
+    if program.pp_comm is not None:
+        t.comms((program.pp_comm,), m * program.pp_sends_per_micro_batch * (1 + trained_any))
+    if not forward_only:
         t.comms(program.dp_comms, 1)
         t.comms(program.zero3_comms, m)
         t.hbm += program.optimizer_params * ADAM_BYTES_PER_PARAM
+    return t
+
+
+def _power(program) -> PowerModel | None:
+    from meshplan import catalog
+
+    return catalog.efficiency(program.scenario.cluster.device.efficiency).power
+
+
+def _energy(program, power: PowerModel, seconds: float, micro_batches: int, forward_only: bool) -> EnergyBreakdown:
+    """Every device's work over ``seconds`` (its idle power included)."""
+    s = program.scenario
+    cluster = s.cluster
+    embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
+    compute = memory = peak = 0.0
+    links: dict[str, float] = {}
+    by_role: dict[str, float] = {}
+    for role in program.roles:
+        t = _role_work(program, role, micro_batches, forward_only, embedding_trains)
         flop_j = dynamic_energy_j(power, t.flop, 0.0)
         hbm_j = t.hbm * power.joules_per_hbm_byte
         compute += role.devices * flop_j
@@ -142,15 +151,33 @@ def step_energy(costed: CostedProgram, step_s: float) -> EnergyBreakdown | None:
             name = cluster.levels[level].name
             links[name] = links.get(name, 0.0) + role.devices * moved * BITS_PER_BYTE * cluster.levels[level].energy_per_bit_j
         by_role[role.name] = flop_j + hbm_j
-        peak = max(peak, power.idle_w + (flop_j + hbm_j) / step_s)
+        peak = max(peak, power.idle_w + (flop_j + hbm_j) / seconds)
     return EnergyBreakdown(
         compute_j=compute,
         memory_j=memory,
         links_j=links,
-        static_j=power.idle_w * s.num_devices * step_s,
-        step_s=step_s,
+        static_j=power.idle_w * s.num_devices * seconds,
+        step_s=seconds,
         num_devices=s.num_devices,
         peak_device_w=peak,
-        tdp_w=device.tdp_w,
+        tdp_w=cluster.device.tdp_w,
         by_role_j=by_role,
     )
+
+
+def step_energy(costed: CostedProgram, step_s: float) -> EnergyBreakdown | None:
+    """Energy of one training step, or None where the device's profile has no power model."""
+    program = costed.program
+    power = _power(program)
+    if power is None:
+        return None
+    return _energy(program, power, step_s, program.scenario.num_micro_batches, forward_only=False)
+
+
+def pass_energy(costed: CostedProgram, pass_s: float) -> EnergyBreakdown | None:
+    """Energy of one serving pass (a prefill or a decode step) of every replica."""
+    program = costed.program
+    power = _power(program)
+    if power is None:
+        return None
+    return _energy(program, power, pass_s, 1, forward_only=True)
