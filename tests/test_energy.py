@@ -96,3 +96,14 @@ def test_serving_energy_per_token_falls_with_the_batch():
         return e.energy_per_output_token_j
 
     assert per_token(32) < per_token(4) < per_token(1)
+
+
+def test_dlrm_iteration_energy_counts_every_task():
+    """A DLRM iteration: lookups, GEMMs and collectives of every device; the all-to-all of the
+    embeddings crosses the scale-out network, so that level has link energy."""
+    e = api.estimate("dlrm-a", "zionex-a100", num_devices=128, global_batch_size=65536)
+    en = e.energy
+    assert en.total_j == pytest.approx(en.compute_j + en.memory_j + sum(en.links_j.values()) + en.static_j, rel=1e-12)
+    assert en.links_j["roce"] > 0 and en.memory_j > 0
+    assert en.peak_device_w <= en.tdp_w
+    assert e.to_dict()["energy"]["total_j"] == en.total_j

@@ -66,19 +66,19 @@ def estimate_groups(e: Estimate) -> dict[str, list[tuple[str, str]]]:
     return groups
 
 
-def energy_rows(e: Estimate) -> list[tuple[str, str]]:
+def energy_rows(e, step: str = "step") -> list[tuple[str, str]]:
     """Energy per step by component, device power against the TDP, and the footprint of the
     training run when the task names its tokens."""
     en = e.energy
     rows = [
-        ("energy per step", format_energy(en.total_j)),
+        (f"energy per {step}", format_energy(en.total_j)),
         ("  compute", format_energy(en.compute_j)),
         ("  HBM traffic", format_energy(en.memory_j)),
         *((f"  links {level}", format_energy(j)) for level, j in en.links_j.items() if j > 0),
         ("  idle power", format_energy(en.static_j)),
         ("power per device (average / busiest)", f"{en.average_device_w:,.0f} W / {en.peak_device_w:,.0f} W of {en.tdp_w:,.0f} W"),
     ]
-    if e.train_tokens:
+    if getattr(e, "train_tokens", None):
         pue = e.footprint.get("pue", 1.0)
         rows.append((f"energy to train {e.train_tokens:.3g} tokens", f"{format_energy(e.energy_to_train_j(e.train_tokens))} (PUE {pue:g})"))
         co2e = e.co2e_to_train_kg(e.train_tokens)
@@ -264,7 +264,10 @@ def dlrm_groups(e: DLRMEstimate) -> dict[str, list[tuple[str, str]]]:
         *((f"  {name.removesuffix('_bytes').replace('_', ' ').replace('optimizer', 'optimizer state')}", format_bytes(v))
           for name, v in e.memory.as_dict().items() if name not in ("capacity_bytes", "total_bytes") and v > 0),
     ]
-    return {"time": time_rows, "work": work_rows, "memory": memory_rows}
+    groups = {"time": time_rows, "work": work_rows, "memory": memory_rows}
+    if e.energy is not None:
+        groups["energy"] = energy_rows(e, "iteration")
+    return groups
 
 
 def serving_table(result) -> Table:

@@ -19,7 +19,7 @@ from meshplan.costs.collectives import GroupSpan
 from meshplan.costs.costed import ADAM_BYTES_PER_PARAM, BACKWARD_OF, CostedProgram
 from meshplan.costs.power import dynamic_energy_j, op_work
 from meshplan.parallel.program import Comm, ShardedOp
-from meshplan.specs.device import PowerModel
+from meshplan.specs.device import BYTES_PER_ELEMENT, PowerModel
 
 BITS_PER_BYTE = 8.0
 
@@ -181,3 +181,35 @@ def pass_energy(costed: CostedProgram, pass_s: float) -> EnergyBreakdown | None:
     if power is None:
         return None
     return _energy(program, power, pass_s, 1, forward_only=True)
+
+
+#: forward work each phase of a strategy task runs (COMET Table 1: backward is two GEMMs)
+PHASE_WORK = {"forward": 1.0, "backward": 2.0, "weight": 1.0}
+
+
+def iteration_energy(program, iteration_s: float) -> EnergyBreakdown | None:
+    """Energy of one iteration of a strategy program (a DLRM): every device runs the same tasks
+    (meshplan.parallel.strategy), each kernel ``copies`` times in its phase, each collective
+    over the levels its group spans."""
+    from meshplan import catalog
+
+    cluster = program.cluster
+    power: PowerModel | None = catalog.efficiency(cluster.device.efficiency).power
+    if power is None:
+        return None
+    t = _Tally(program.precision, BYTES_PER_ELEMENT[program.precision])
+    for task in program.tasks:
+        if task.comm is not None:
+            t.comms((task.comm,), 1)
+        else:
+            t.ops((task.op,), task.copies * PHASE_WORK[task.phase])
+    flop_j = dynamic_energy_j(power, t.flop, 0.0)
+    hbm_j = t.hbm * power.joules_per_hbm_byte
+    n = program.num_devices
+    links = {cluster.levels[level].name: n * moved * BITS_PER_BYTE * cluster.levels[level].energy_per_bit_j
+             for level, moved in t.link.items()}
+    return EnergyBreakdown(
+        compute_j=n * flop_j, memory_j=n * hbm_j, links_j=links, static_j=power.idle_w * n * iteration_s,
+        step_s=iteration_s, num_devices=n, peak_device_w=power.idle_w + (flop_j + hbm_j) / iteration_s,
+        tdp_w=cluster.device.tdp_w, by_role_j={"device": flop_j + hbm_j},
+    )

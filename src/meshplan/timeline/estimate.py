@@ -157,6 +157,7 @@ class DLRMEstimate:
     fits: bool
     tasks: tuple[Placed, ...] = field(repr=False, default=())  # as scheduled; task.kind is the compute kind or collective
     warnings: tuple[str, ...] = ()
+    energy: EnergyBreakdown | None = None  # one iteration, all devices (None: no power model)
 
     @property
     def step_time_s(self) -> float:
@@ -173,6 +174,7 @@ class DLRMEstimate:
         out["step_time_s"] = self.iteration_s
         out["memory"] = self.memory.as_dict()
         out["memory"]["fits"] = self.fits
+        out["energy"] = self.energy.as_dict() if self.energy else None
         return out
 
     def __repr__(self) -> str:
