@@ -48,7 +48,6 @@ from meshplan.network.protocols import (
     runs,
     step_latency_s,
     tree_bandwidth,
-    tree_correction,
 )
 from meshplan.network.span import GroupSpan, LevelHop
 from meshplan.network.topology import (
@@ -79,7 +78,7 @@ def _ll_cap(span: GroupSpan) -> float | None:
 def _hop_bandwidth(hop: LevelHop, ring_over_torus: bool) -> float:
     """A ring's bandwidth over ``hop``: its links, tapered where it leaves a leaf or a dragonfly
     group; a ring embedded in a torus drives 2 of a device's 2D links."""
-    bandwidth = hop.bytes_per_s * hop.parallel_links * ring_edge_factor(hop.fabric, hop.members, hop.inside)
+    bandwidth = hop.bytes_per_s * hop.parallel_links * ring_edge_factor(hop.fabric, hop.members, hop.inside, hop.gap)
     if ring_over_torus and hop.fabric.torus_dims is not None:
         bandwidth *= 2.0 / links_per_device(hop.fabric, hop.members)
     return bandwidth
@@ -112,12 +111,19 @@ def ring_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | 
 
 def tree_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
     """NCCL double binary tree all-reduce: 2 x buffer / bandwidth; 2 x (chain in the node + log2
-    across nodes) steps (tuning.cc)."""
+    across nodes) steps (tuning.cc).
+
+    tuning.cc also divides a tree's bandwidth by a per-size correction (treeCorrectionFactor,
+    0.4-1.0 between 1 KB and 256 MB) so its tuner avoids trees where NCCL's own trees fall short;
+    it is left out: it makes the time fall as the message grows past each size bucket (a larger
+    message must never be faster), and the DLRM-A validation on ZionEX (MAD Max Table 1) does
+    not show the slowdown (``protocols.tree_correction`` keeps the table for reference).
+    """
     if kind != "all_reduce" or not _nccl(span) or span.size < 2:
         return None
     across = any(h.fabric.link == "network" for h in span.hops)
     simple = min(_hop_bandwidth(h, True) for h in span.hops)
-    bandwidth = tree_bandwidth(simple, protocol, _ll_cap(span), across) * tree_correction(protocol, bytes_)
+    bandwidth = tree_bandwidth(simple, protocol, _ll_cap(span), across)
     latency = base_latency_s("tree", protocol)
     for hop in span.hops:
         steps = hop.members - 1 if hop.fabric.link in ("nvlink", "pcie") else math.ceil(math.log2(hop.members))
@@ -136,7 +142,7 @@ def _level_phase_s(hop: LevelHop, bytes_: float, passes: float, protocol: str, c
     bandwidth = ring_bandwidth(_hop_bandwidth(hop, False), protocol, cap)
     if steps_of == "log":
         steps = math.ceil(math.log2(k))
-        bandwidth /= hop_count(hop.fabric, k) if hop.fabric.kind in ("ring",) or torus else 1.0
+        bandwidth /= hop_count(hop.fabric, k, hop.gap) if hop.fabric.kind in ("ring",) or torus else 1.0
     elif torus:
         steps = sum(d - 1 for d in torus_group_dims(hop.fabric.torus_dims, k))
     else:
@@ -247,7 +253,7 @@ def direct_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float 
         return None
     share = ring_bandwidth(1.0, protocol, None)
     transfer = max(all_to_all_bound_s(h.fabric, bytes_, h.bytes_per_s * share, h.parallel_links, h.members,
-                                      h.inside, n) for h in span.hops)
+                                      h.inside, n, h.gap) for h in span.hops)
     if not _nccl(span):  # torus ICI: one step per peer as before (no NCCL protocol)
         return transfer + (n - 1) * max(h.latency_s for h in span.hops)
     issue = 0.0

@@ -27,6 +27,7 @@ class LevelHop:
     latency_s: float
     fabric: Fabric = Fabric("switch", "network")
     line_bytes_per_s: float = 0.0  # the level's line rate (bytes_per_s before efficiency)
+    gap: int = 1  # sub-domains between consecutive members (a strided group spreads over members x gap)
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ def group_span(cluster: Cluster, size: int, stride: int) -> GroupSpan:
     """Where a group of ``size`` devices, ``stride`` ranks apart, sits in the network."""
     hops = []
     inside = 1  # c_(i-1): members of the group inside one domain of the previous level
+    inner_size = 1  # devices in one domain of the previous level
     for index, level in enumerate(cluster.levels):
         if level.size is None:
             within = size
@@ -60,8 +62,9 @@ def group_span(cluster: Cluster, size: int, stride: int) -> GroupSpan:
         if members > 1:
             links = min(inside, level.rails)
             hops.append(LevelHop(index, members, inside, links, level.effective_bytes_per_s, level.latency_s,
-                                 fabric(level, index), level.bytes_per_s))
+                                 fabric(level, index), level.bytes_per_s, max(1, stride // inner_size)))
         inside = within
+        inner_size = level.size or inner_size
         if inside >= size:
             break
     return GroupSpan(size, tuple(hops))

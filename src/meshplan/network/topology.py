@@ -89,7 +89,7 @@ def links_per_device(fab: Fabric, members: int) -> int:
     return 1
 
 
-def hop_count(fab: Fabric, members: int) -> float:
+def hop_count(fab: Fabric, members: int, gap: int = 1) -> float:
     """Mean links a message crosses between two members of a group of ``members`` domains.
 
     Switch and fully connected: 1 link (through one switch or direct). Fat tree / rail: 2 inside
@@ -99,35 +99,41 @@ def hop_count(fab: Fabric, members: int) -> float:
     if fab.kind in ("switch", "fully-connected"):
         return 1.0
     if fab.kind in ("fat-tree", "rail-optimized"):
-        return 2.0 if fab.leaf_domains is None or members <= fab.leaf_domains else 4.0
+        return 2.0 if fab.leaf_domains is None or members * gap <= fab.leaf_domains else 4.0
     if fab.kind == "ring":
         return max(members / 4.0, 1.0)
     if fab.torus_dims is not None:
         return max(sum(d / 4.0 for d in torus_group_dims(fab.torus_dims, members)), 1.0)
     if fab.kind == "dragonfly":
-        return 1.0 if members <= (fab.group_domains or members) else 3.0
+        return 1.0 if members * gap <= (fab.group_domains or members) else 3.0
     return 1.0
 
 
-def members_per_pod(fab: Fabric, members: int, inside: int) -> tuple[int, float] | None:
+def members_per_pod(fab: Fabric, members: int, inside: int, gap: int = 1) -> tuple[int, float] | None:
     """(group members under one leaf or dragonfly group, bandwidth fraction of the links out of
-    it), or None where nothing tapers. Rail-optimized leaves hold one GPU per node, so only one of
-    a node's ``inside`` members is under each."""
-    if fab.kind in ("fat-tree", "rail-optimized") and fab.leaf_domains is not None and members > fab.leaf_domains:
-        per_leaf = min(members, fab.leaf_domains) * (1 if fab.kind == "rail-optimized" else inside)
-        return per_leaf, 1.0 / fab.oversubscription
-    if fab.kind == "dragonfly" and fab.group_domains is not None and members > fab.group_domains:
-        return min(members, fab.group_domains) * inside, fab.global_taper
-    return None
+    it), or None where the group fits under one (or nothing tapers). A group whose members are
+    ``gap`` domains apart spreads over members x gap domains, leaf_domains / gap under each leaf.
+    Rail-optimized leaves hold one GPU per node, so only one of a node's ``inside`` members is
+    under each."""
+    if fab.kind in ("fat-tree", "rail-optimized"):
+        pod, taper = fab.leaf_domains, 1.0 / fab.oversubscription
+    elif fab.kind == "dragonfly":
+        pod, taper = fab.group_domains, fab.global_taper
+    else:
+        return None
+    if pod is None or members * gap <= pod:
+        return None
+    per_pod = max(1, min(members, pod // gap)) * (1 if fab.kind == "rail-optimized" else inside)
+    return per_pod, taper
 
 
-def ring_edge_factor(fab: Fabric, members: int, inside: int) -> float:
+def ring_edge_factor(fab: Fabric, members: int, inside: int, gap: int = 1) -> float:
     """Bandwidth of a ring edge leaving a leaf (or dragonfly group), over a device's bandwidth.
 
     A leaf's up-links carry ``taper`` x (devices under it) of bandwidth; the rings crossing them
     number (devices under it) / (group members under it), one per concurrent group; so each gets
     min(1, members_under_leaf x taper) (Leiserson 1985 fat-tree capacity argument)."""
-    pod = members_per_pod(fab, members, inside)
+    pod = members_per_pod(fab, members, inside, gap)
     if pod is None:
         return 1.0
     per_pod, taper = pod
@@ -157,7 +163,7 @@ def bisection_bytes_per_s(fab: Fabric, bytes_per_s: float, devices: int) -> floa
 
 
 def all_to_all_bound_s(fab: Fabric, bytes_: float, bytes_per_s: float, parallel_links: int,
-                       members: int, inside: int, n: int) -> float:
+                       members: int, inside: int, n: int, gap: int = 1) -> float:
     """Lower bound on a level's share of an all-to-all of ``bytes_`` per device among ``n`` devices.
 
     Injection: each device sends (n - inside)/n of its buffer out of its sub-domain over its own
@@ -169,7 +175,7 @@ def all_to_all_bound_s(fab: Fabric, bytes_: float, bytes_per_s: float, parallel_
     v4's torus; Dally & Towles 2004 Ch. 3).
     """
     bound = (n - inside) / n * bytes_ / bytes_per_s
-    pod = members_per_pod(fab, members, inside)
+    pod = members_per_pod(fab, members, inside, gap)
     if pod is not None:
         per_pod, taper = pod
         bound = max(bound, (n - per_pod) / n * bytes_ / (bytes_per_s * taper))
