@@ -166,6 +166,8 @@ def test_catalog_clusters_carry_their_real_topology():
     (dict(topology="switch", torus_dims=[4, 4, 4]), "torus_dims"),
     (dict(topology="dragonfly"), "group_domains"),
     (dict(topology="switch", oversubscription=2.0), "oversubscription"),
+    (dict(topology="ring", leaf_domains=4), "leaf_domains"),
+    (dict(topology="switch", group_domains=4), "group_domains"),
     (dict(topology="fat-tree", oversubscription=2.0), "leaf_domains"),
     (dict(topology="fat-tree", oversubscription=0.5, leaf_domains=4), "oversubscription"),
     (dict(topology="hypercube"), "topology"),
@@ -181,7 +183,8 @@ def test_bad_topology_names_the_field(level, field):
 def test_torus_must_hold_the_levels_domains():
     inner = NetworkLevel(name="chip", size=64, bytes_per_s=B, latency_s=LAT, topology="torus-3d",
                          torus_dims=(4, 4, 4), link="ici")
-    outer = dict(name="pod", size=4096, bytes_per_s=B, latency_s=LAT, topology="torus-3d", torus_dims=(4, 4, 2), link="ici")
+    outer = dict(name="pod", size=4096, bytes_per_s=B, latency_s=LAT, topology="torus-3d", torus_dims=(4, 4, 2),
+                 link="ici")
     with pytest.raises(MeshplanError) as err:
         build(Cluster, dict(id="t", name="t", device=DEVICE, levels=[inner, outer]), "cluster")
     assert err.value.field == "cluster.levels.1.torus_dims"

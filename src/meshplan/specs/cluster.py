@@ -66,15 +66,20 @@ class NetworkLevel(Spec):
         if dims is not None and (self.torus_dims is None or len(self.torus_dims) != dims):
             raise MeshplanError("torus_dims", self.torus_dims, f"a {self.topology} level needs {dims} torus dimensions")
         if dims is None and self.torus_dims is not None:
-            raise MeshplanError("torus_dims", self.torus_dims, "only torus-2d and torus-3d levels have torus dimensions")
+            raise MeshplanError("torus_dims", self.torus_dims,
+                                "only torus-2d and torus-3d levels have torus dimensions")
         if self.topology == "dragonfly" and self.group_domains is None:
             raise MeshplanError("group_domains", None, "a dragonfly level needs its group size (domains per group)")
+        if self.topology != "dragonfly" and self.group_domains is not None:
+            raise MeshplanError("group_domains", self.group_domains, "only dragonfly levels have groups")
         tapered = self.topology in ("fat-tree", "rail-optimized")
-        if not tapered and (self.oversubscription != 1.0 or self.leaf_domains is not None):
-            raise MeshplanError("oversubscription", self.oversubscription,
-                                "only fat-tree and rail-optimized levels have leaves and an oversubscription ratio")
+        for name in ("oversubscription", "leaf_domains"):
+            value = getattr(self, name)
+            if not tapered and value not in (None, 1.0):
+                raise MeshplanError(name, value, "only fat-tree and rail-optimized levels have leaves that taper")
         if tapered and self.oversubscription > 1.0 and self.leaf_domains is None:
-            raise MeshplanError("leaf_domains", None, "an oversubscribed level needs leaf_domains (domains under one leaf)")
+            raise MeshplanError("leaf_domains", None,
+                                "an oversubscribed level needs leaf_domains (domains under one leaf)")
         return self
 
     @property
