@@ -398,7 +398,7 @@ def calibrate(
     if not writer:
         return
     for note in notes:
-        err.print(f"note: {note}")
+        err.print(f"note: {note}", soft_wrap=True)
     if not (out / "gemm_bf16.csv").exists():
         err.print(f"note: no kernels in {out} yet: run `meshplan calibrate --out {out}` without torchrun to measure them, then fit")
         return
@@ -407,7 +407,7 @@ def calibrate(
     fit = fitted["fit"]
     err.print(f"profile for {fit_device.id} written to {target}: matmul e_max {fit['matmul']['e_max']:.3f}, "
               f"attention e_max {fit['attention']['e_max']:.3f}, memory {fit['memory']['memory']:.3f} of peak "
-              f"(use it with --profile {target})")
+              f"(use it with --profile {target})", soft_wrap=True)
 
 
 def _degrees(text: str) -> tuple[int, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from meshplan.errors import MeshplanError
-from meshplan.io.files import load_yaml_or_json
+from meshplan.io.files import parse_json, parse_yaml, read_text
 from meshplan.specs.base import build
 from meshplan.specs.profile import Profile
 
@@ -15,7 +15,11 @@ def load_profile(path: str | Path | Profile | dict) -> Profile:
     if isinstance(path, Profile):
         return path
     where = "profile" if isinstance(path, dict) else str(path)
-    data = path if isinstance(path, dict) else load_yaml_or_json(path)
+    if isinstance(path, dict):
+        data = path
+    else:
+        text = read_text(path, "--profile")
+        data = parse_json(text, where) if str(path).endswith(".json") else parse_yaml(text, where)
     if not isinstance(data, dict):
         raise MeshplanError(where, type(data).__name__, "a profile is a mapping with efficiency: (and device:, network:), as `meshplan calibrate` writes")
     try:
