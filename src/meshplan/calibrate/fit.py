@@ -99,17 +99,21 @@ def _environment(folder: Path) -> dict:
         return {}
 
 
-def _solve(columns: list[np.ndarray], times: np.ndarray, nonnegative: int) -> np.ndarray:
-    """Least squares of sum(c_j x_j) = t in relative error; x[nonnegative] held at 0 if the free
-    fit makes it negative (then the others are refitted without it)."""
+def _solve(columns: list[np.ndarray], times: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of sum(c_j x_j) = t in relative error: the best of the fits
+    over every subset of the columns whose coefficients are all >= 0 (two or three columns)."""
     a = np.stack(columns, axis=1) / times[:, None]
-    x, *_ = np.linalg.lstsq(a, np.ones_like(times), rcond=None)
-    if x[nonnegative] < 0:
-        keep = [j for j in range(len(columns)) if j != nonnegative]
-        sub, *_ = np.linalg.lstsq(a[:, keep], np.ones_like(times), rcond=None)
-        x = np.zeros(len(columns))
-        x[keep] = sub
-    return x
+    ones = np.ones_like(times)
+    best, best_residual = np.zeros(len(columns)), float(np.sum(ones ** 2))
+    for mask in range(1, 2 ** len(columns)):
+        keep = [j for j in range(len(columns)) if mask >> j & 1]
+        sub, *_ = np.linalg.lstsq(a[:, keep], ones, rcond=None)
+        residual = float(np.sum((a[:, keep] @ sub - ones) ** 2))
+        if np.all(sub >= 0) and residual < best_residual:
+            best = np.zeros(len(columns))
+            best[keep] = sub
+            best_residual = residual
+    return best
 
 
 def _median_abs_error(predicted: np.ndarray, times: np.ndarray) -> float:
@@ -119,7 +123,7 @@ def _median_abs_error(predicted: np.ndarray, times: np.ndarray) -> float:
 def _fit_memory(rows: list[dict], hbm_bytes_per_s: float) -> dict:
     nbytes = np.array([float(r["bytes_moved"]) for r in rows])
     times = np.array([float(r["time_s"]) for r in rows])
-    inverse_bw, overhead = _solve([nbytes, np.ones_like(nbytes)], times, nonnegative=1)
+    inverse_bw, overhead = _solve([nbytes, np.ones_like(nbytes)], times)
     if inverse_bw <= 0:
         raise MeshplanError("memory_ops.csv", "time_s", "times that grow with the bytes moved (remeasure with larger sizes)")
     fraction = float(min(1.0, 1.0 / (inverse_bw * hbm_bytes_per_s)))
@@ -156,7 +160,9 @@ def _fit_curve(flop: np.ndarray, size: np.ndarray, times: np.ndarray, peak: floa
     flop, size, times, compute = flop[usable], size[usable], times[usable], compute[usable]
     if len(flop) < 2:
         raise MeshplanError("calibration", f"{len(flop)} usable rows", "at least two kernels slower than the launch overhead")
-    inverse_max, half_over_max = _solve([flop / peak, flop / (peak * size)], compute, nonnegative=1)
+    inverse_max, half_over_max = _solve([flop / peak, flop / (peak * size)], compute)
+    if inverse_max <= 0:
+        raise MeshplanError("calibration", "kernel times", "times that grow with the flop (remeasure with larger sizes)")
     e_max, f_half = 1.0 / inverse_max, half_over_max / inverse_max
     achieved = flop / (peak * times)  # as measured, launch overhead included
     predicted = overhead + flop / (peak * _curve(e_max, f_half, size))
@@ -186,7 +192,7 @@ def fit_network(rows: list[dict], on: str, when: str) -> list[dict]:
         steps = np.array([_steps(r["collective"], ranks) for r in group])
         bus_bytes = np.array([float(r["bytes"]) * bus_factor(r["collective"], ranks) for r in group])
         times = np.array([float(r["time_s"]) for r in group])
-        latency, inverse_bw = _solve([steps, bus_bytes], times, nonnegative=0)
+        latency, inverse_bw = _solve([steps, bus_bytes], times)
         if inverse_bw <= 0:
             continue
         error = _median_abs_error(steps * latency + bus_bytes * inverse_bw, times)

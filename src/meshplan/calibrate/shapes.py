@@ -50,7 +50,7 @@ QUICK = Sizes(
     attention_tokens=64,
     attention_heads=((4, 1), (4, 4)),
     memory_elements=(1 << 12, 1 << 16),
-    collective_bytes=(1 << 10, 1 << 14),
+    collective_bytes=(1 << 10, 1 << 16, 1 << 20),
     warmup=1,
     repeats=3,
 )
