@@ -363,7 +363,7 @@ def calibrate(
     profile_out: Optional[Path] = typer.Option(None, help="Where to write the profile (default: OUT/profile.yaml)."),
 ):
     """Measure GEMMs, attention and memory ops here (collectives too under torchrun) and fit a profile."""
-    from meshplan.calibrate import collectives
+    from meshplan.calibrate import collectives, require_torch
     from meshplan.calibrate.run import Request, catalog_device, measure_collectives, measure_kernels, write_profile
     from meshplan.calibrate.shapes import FULL, QUICK, valid_tps
 
@@ -382,6 +382,8 @@ def calibrate(
         if not degrees:
             raise MeshplanError("--tp", tp, f"degrees that divide {resolved.id}'s heads and FFN width")
     fit_device = catalog_device(device, on)
+    if not fit_only:
+        require_torch()  # before anything is written
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -66,17 +66,26 @@ def measure_kernels(request: Request, progress: Progress | None = None) -> list[
         + [("memory_ops.csv", (op, n, "fp32" if op.endswith("fp32") else "bf16"),
             lambda op=op, n=n: kernels.memory_row(op, n, device, request.sizes)) for op, n in memory]
     )
+    _run(jobs, tables, progress, notes)
     kernels.write_environment(out / "env.json", device, notes)
-    _run(jobs, tables, progress)
     return notes
 
 
-def _run(jobs, tables: dict[str, Table], progress: Progress | None) -> None:
+def _run(jobs, tables: dict[str, Table], progress: Progress | None, notes: list[str]) -> None:
+    """Measure each job not yet in its table; a row the device has no memory for is left out
+    (and said), the others still measured."""
+    import torch
+
     for done, (name, key, measure) in enumerate(jobs):
         if progress:
             progress(done, len(jobs))
-        if not tables[name].has(key):
+        if tables[name].has(key):
+            continue
+        try:
             tables[name].append(measure())
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            notes.append(f"{name} row {','.join(map(str, key))} skipped: out of device memory")
     if progress:
         progress(len(jobs), len(jobs))
 
