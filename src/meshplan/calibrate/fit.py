@@ -89,6 +89,9 @@ def fit_profile(folder: str | Path, device: Device) -> dict:
     if network:
         profile["network"] = network
     profile["fit"] = {"matmul": matmul, "attention": attn, "memory": mem}
+    fp8 = read_rows(folder / "gemm_fp8.csv")
+    if len(fp8) >= 2 and "fp8" in device.peak_flop_per_s:  # not read by today's model: one matmul curve
+        profile["fit"]["matmul_fp8"] = _fit_curve(*_gemm_samples(fp8, ridge, 1.0), device.peak("fp8"), overhead)
     return profile
 
 
@@ -132,10 +135,10 @@ def _fit_memory(rows: list[dict], hbm_bytes_per_s: float) -> dict:
             "median_abs_error": _median_abs_error(predicted, times)}
 
 
-def _gemm_samples(rows: list[dict], ridge: float):
+def _gemm_samples(rows: list[dict], ridge: float, operand_bytes: float = 2.0):
     m, n, k = (np.array([float(r[c]) for r in rows]) for c in "mnk")
     flop = 2.0 * m * n * k
-    traffic = 2.0 * (m * k + k * n + m * n)  # bf16 operands read once, result written once
+    traffic = operand_bytes * (m * k + k * n) + 2.0 * m * n  # operands read once, bf16 result written once
     return flop, np.maximum(flop, traffic * ridge), np.array([float(r["time_s"]) for r in rows])
 
 

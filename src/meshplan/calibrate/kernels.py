@@ -6,6 +6,7 @@ column order (``table.COLUMNS``). Inputs are random; every time is ``timing.medi
 
 from __future__ import annotations
 
+import datetime
 import json
 import platform
 import subprocess
@@ -67,28 +68,25 @@ def fp8_row(g: Gemm, device, sizes: Sizes) -> tuple:
 
 def attention_row(a: Attention, device, sizes: Sizes) -> tuple:
     """Causal ``scaled_dot_product_attention`` in bf16 (flash where PyTorch picks it), forward
-    and forward+backward; K/V heads are repeated to the query heads (GQA as frameworks feed SDPA)."""
+    and forward+backward. GQA's K/V heads are repeated to the query heads before the kernel, as
+    frameworks feeding SDPA do (Megatron-LM's unfused path, torchtitan), so the flash kernel runs
+    (``enable_gqa`` may fall back to the math kernel); the row keeps the true kv_heads."""
     import torch
     import torch.nn.functional as F
 
-    shape_q = (a.batch, a.heads, a.seq, a.head_dim)
-    shape_kv = (a.batch, a.kv_heads, a.seq, a.head_dim)
+    shape = (a.batch, a.heads, a.seq, a.head_dim)
 
     def make():
-        q = torch.randn(shape_q, device=device, dtype=torch.bfloat16, requires_grad=True)
-        k = torch.randn(shape_kv, device=device, dtype=torch.bfloat16, requires_grad=True)
-        v = torch.randn(shape_kv, device=device, dtype=torch.bfloat16, requires_grad=True)
-        return q, k, v, torch.randn(shape_q, device=device, dtype=torch.bfloat16)
+        q, k, v = (torch.randn(shape, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        return q, k, v, torch.randn(shape, device=device, dtype=torch.bfloat16)
 
     def forward(qkvg):
-        q, k, v, _ = qkvg
-        return F.scaled_dot_product_attention(q, k, v, is_causal=a.causal, enable_gqa=a.kv_heads != a.heads)
+        return F.scaled_dot_product_attention(*qkvg[:3], is_causal=a.causal)
 
     def forward_backward(qkvg):
         forward(qkvg).backward(qkvg[3])
 
-    per_set = 2.0 * a.batch * a.seq * a.head_dim * (2 * a.heads + 2 * a.kv_heads)
-    inputs = input_sets(make, per_set, device)
+    inputs = input_sets(make, 2.0 * a.batch * a.seq * a.head_dim * a.heads * 4, device)
     with torch.no_grad():
         fwd = median_time_s(forward, inputs, device, sizes.warmup, sizes.repeats)
     fwd_bwd = median_time_s(forward_backward, inputs, device, sizes.warmup, sizes.repeats)
@@ -151,7 +149,7 @@ def environment(device) -> dict:
     import torch
 
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "host": platform.node(),
-           "python": platform.python_version()}
+           "python": platform.python_version(), "measured_at": datetime.date.today().isoformat()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env.update(device=props.name, sm_count=props.multi_processor_count,
