@@ -231,3 +231,46 @@ def test_the_fit_of_the_shipped_h100_data():
     assert profile["fit"]["matmul"]["median_abs_error"] < 0.10
     assert 0.5 < efficiency.memory <= 1.0  # a streaming copy moved 2.97 of 3.35 TB/s
     assert "NVIDIA H100" in efficiency.source
+
+
+def _synthetic(folder: Path, device, e_max: float, f_half: float, memory: float, overhead: float, noise=None) -> None:
+    """Rows timed exactly by the profile's own model (optionally scaled by ``noise``)."""
+    from meshplan.calibrate.table import Table
+
+    rng = np.random.default_rng(0)
+    scale = (lambda: 1.0) if noise is None else (lambda: float(rng.uniform(1 - noise, 1 + noise)))
+    peak, ridge = device.peak("bf16"), catalog.efficiency(device.efficiency).size_flop_per_byte
+    curve = lambda size: e_max / (1 + f_half / size)  # noqa: E731
+    gemms = Table(folder, "gemm_bf16.csv")
+    for s in (256, 512, 1024, 2048, 4096, 8192):
+        flop = 2.0 * s ** 3
+        t = (overhead + flop / (peak * curve(max(flop, 6.0 * s * s * ridge)))) * scale()
+        gemms.append(("square", 1, s, "square", "fwd", s, s, s, t, ""))
+    attention = Table(folder, "attention.csv")
+    for seq in (1024, 4096, 16384):
+        b, heads, d = 16384 // seq, 16, 128
+        flop, traffic = 4.0 * b * seq * seq * heads * d, 2.0 * b * seq * d * 4 * heads
+        fwd = overhead + flop / (peak * curve(max(flop, traffic * ridge)))
+        bwd = overhead + 2 * flop / (peak * curve(max(2 * flop, 2 * traffic * ridge)))
+        attention.append((heads, heads, d, b, seq, True, fwd * scale(), (fwd + bwd) * scale(), "", "", ""))
+    ops = Table(folder, "memory_ops.csv")
+    for n in (1 << 20, 1 << 24, 1 << 28):
+        ops.append(("copy", n, "bf16", 4 * n, (overhead + 4 * n / (memory * device.hbm_bytes_per_s)) * scale(), ""))
+
+
+def test_the_fit_recovers_the_profile_that_timed_the_rows(tmp_path):
+    device = catalog.device("h100-sxm5-80gb")
+    _synthetic(tmp_path, device, e_max=0.62, f_half=3e9, memory=0.8, overhead=6e-6)
+    fit = fit_profile(tmp_path, device)["fit"]
+    assert fit["matmul"]["e_max"] == pytest.approx(0.62, rel=1e-6) and fit["matmul"]["f_half"] == pytest.approx(3e9, rel=1e-6)
+    assert fit["attention"]["e_max"] == pytest.approx(0.62, rel=1e-6)
+    assert fit["memory"]["memory"] == pytest.approx(0.8, rel=1e-6)
+    assert fit["memory"]["kernel_overhead_s"] == pytest.approx(6e-6, rel=1e-6)
+
+
+def test_the_fit_of_noisy_tiny_kernels_still_gives_a_valid_profile(tmp_path):
+    """Timings far noisier than the signal (a busy CPU at --quick sizes) still fit: rates > 0."""
+    device = catalog.device("a100-sxm4-80gb")
+    _synthetic(tmp_path, device, e_max=1e-5, f_half=1e3, memory=0.002, overhead=1e-3, noise=0.9)
+    profile = load_profile(fit_profile(tmp_path, device))
+    assert all(0 < fraction <= 1 for _, fraction in profile.efficiency.matmul.points)
