@@ -362,7 +362,7 @@ def calibrate(
     fit_only: bool = typer.Option(False, "--fit-only", help="Measure nothing: fit the CSVs already in --out."),
     profile_out: Optional[Path] = typer.Option(None, help="Where to write the profile (default: OUT/profile.yaml)."),
 ):
-    """Measure GEMMs, attention and memory ops here (collectives too under torchrun) and fit a profile."""
+    """Measure GEMMs, attention and memory ops here (under torchrun: collectives) and fit a profile."""
     from meshplan.calibrate import collectives, require_torch
     from meshplan.calibrate.run import Request, catalog_device, measure_collectives, measure_kernels, write_profile
     from meshplan.calibrate.shapes import FULL, QUICK, valid_tps
