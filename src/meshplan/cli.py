@@ -91,6 +91,7 @@ def estimate(
     set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. plan.tp=4 (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
     trace: Optional[Path] = typer.Option(None, help="Write a Chrome/Perfetto trace of the step here."),
+    profile: Optional[Path] = typer.Option(None, help="A measured profile (the profile.yaml of meshplan calibrate) instead of the device's catalog profile."),
 ):
     """Predict one training step: time, throughput, MFU, memory and where the time goes."""
     from meshplan import api
@@ -112,7 +113,8 @@ def estimate(
                                  **{f"plan.{field}": flags[flag] for flag, field in _PLAN_FLAGS.items()},
                                  **{f"task.{field}": value for field, value in task_flags.items()}})
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
-    scenario = api.scenario(model_ref, cluster_ref, plan, devices if devices is not None else cfg.get("devices"), task)
+    scenario = api.scenario(model_ref, cluster_ref, plan, devices if devices is not None else cfg.get("devices"), task,
+                            str(profile) if profile else None)
     result = api.estimate_scenario(scenario)
     from meshplan.timeline.estimate import DLRMEstimate
     from meshplan.units import format_bytes
@@ -177,6 +179,7 @@ def search(
     prompt_len: Optional[int] = typer.Option(None, help="Inference: prompt tokens per sequence."),
     output_len: Optional[int] = typer.Option(None, help="Inference: generated tokens per sequence."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    profile: Optional[Path] = typer.Option(None, help="A measured profile (the profile.yaml of meshplan calibrate) instead of the device's catalog profile."),
 ):
     """Find the fastest plans of a space that fit in memory (exact, with a lower-bound screen)."""
     from meshplan import api
@@ -206,12 +209,14 @@ def search(
     with _progress("evaluating plans") as report:
         result = api.search(
             model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, task,
-            progress=report, executor=executor, workers=workers, store=str(store) if store else None, objective=objective,
+            progress=report, executor=executor, workers=workers, store=str(store) if store else None,
+            profile=str(profile) if profile else None, objective=objective,
         )
     fronts = None
     if pareto:
         with _progress("Pareto fronts") as report:
-            fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), task, progress=report)
+            fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), task, progress=report,
+                                profile=str(profile) if profile else None)
     dlrm = bool(result.top) and "strategy" in result.top[0]
     runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not (serving or dlrm) and objective == "time" else None
     summary = (
@@ -335,13 +340,14 @@ def _section(cfg: dict, key: str) -> dict:
 def validate(
     file: Path = typer.Argument(..., help="Validation cases (shared/validation/SCHEMA.md format)."),
     as_json: bool = typer.Option(False, "--json", help="Print one object per case as JSON."),
+    profile: Optional[Path] = typer.Option(None, help="A measured profile (meshplan calibrate) for the cases on its device."),
 ):
     """Compare predicted step times with published, measured runs."""
     from meshplan.io.validation_cases import summarize
     from meshplan.io.validation_cases import validate as run
 
     with _progress("predicting cases") as report:
-        results = run(file, progress=report)
+        results = run(file, progress=report, profile=str(profile) if profile else None)
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return
@@ -349,6 +355,77 @@ def validate(
 
     for table in validation_tables(results, summarize(results)):
         _console().print(table)
+
+
+@app.command()
+def calibrate(
+    out: Path = typer.Option(Path("calibration"), help="Folder for the measured CSVs, env.json and profile.yaml; a rerun resumes it."),
+    model: Optional[str] = typer.Option(None, help="Catalog model id or HuggingFace config.json whose per-rank GEMM and attention shapes to measure."),
+    tp: str = typer.Option("1,2,4,8", help="Tensor-parallel degrees of the model's shapes, comma-separated."),
+    device: Optional[str] = typer.Option(None, help="Catalog device the profile is fitted for (default: this GPU, matched by name)."),
+    on: str = typer.Option("auto", help="Measure on auto (a GPU if there is one), cuda or cpu."),
+    quick: bool = typer.Option(False, "--quick", help="Tiny sizes and few repeats: seconds on a CPU (a smoke test, not a calibration)."),
+    fit_only: bool = typer.Option(False, "--fit-only", help="Measure nothing: fit the CSVs already in --out."),
+    profile_out: Optional[Path] = typer.Option(None, help="Where to write the profile (default: OUT/profile.yaml)."),
+):
+    """Measure GEMMs, attention and memory ops here (under torchrun: collectives) and fit a profile."""
+    from meshplan.calibrate import collectives, require_torch
+    from meshplan.calibrate.run import Request, catalog_device, measure_collectives, measure_kernels, write_profile
+    from meshplan.calibrate.shapes import FULL, QUICK, valid_tps
+
+    if on not in ("auto", "cuda", "cpu"):
+        raise MeshplanError("--on", on, "one of auto, cuda, cpu")
+    degrees = _degrees(tp)
+    resolved = None
+    if model is not None:
+        from meshplan.api import resolve_model
+        from meshplan.specs.model import TransformerModel
+
+        resolved = resolve_model(model)
+        if not isinstance(resolved, TransformerModel):
+            raise MeshplanError("--model", model, "a transformer model (DLRM shapes are not calibrated yet)")
+        degrees = valid_tps(resolved, degrees)
+        if not degrees:
+            raise MeshplanError("--tp", tp, f"degrees that divide {resolved.id}'s heads and FFN width")
+    fit_device = catalog_device(device, on)
+    if not fit_only:
+        require_torch()  # before anything is written
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise MeshplanError("--out", str(out), f"a folder that can be created ({err.strerror or err})") from None
+    request = Request(out, resolved, degrees[-1:] if quick else degrees, QUICK if quick else FULL, on)
+    writer, notes = True, []
+    if collectives.launched() and not fit_only:
+        with _progress("measuring collectives") as report:
+            notes, writer = measure_collectives(request, report)
+    elif not fit_only:
+        with _progress("measuring kernels") as report:
+            notes = measure_kernels(request, report)
+    err = _console(stderr=True)
+    if not writer:
+        return
+    for note in notes:
+        err.print(f"note: {note}", soft_wrap=True)
+    if not (out / "gemm_bf16.csv").exists():
+        err.print(f"note: no kernels in {out} yet: run `meshplan calibrate --out {out}` without torchrun to measure them, then fit")
+        return
+    target = profile_out or out / "profile.yaml"
+    fitted = write_profile(out, fit_device, target)
+    fit = fitted["fit"]
+    err.print(f"profile for {fit_device.id} written to {target}: matmul e_max {fit['matmul']['e_max']:.3f}, "
+              f"attention e_max {fit['attention']['e_max']:.3f}, memory {fit['memory']['memory']:.3f} of peak "
+              f"(use it with --profile {target})", soft_wrap=True)
+
+
+def _degrees(text: str) -> tuple[int, ...]:
+    try:
+        degrees = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        degrees = ()
+    if not degrees or min(degrees) < 1:
+        raise MeshplanError("--tp", text, "positive integers separated by commas, e.g. 1,2,4,8")
+    return degrees
 
 
 @catalog_app.command("list")
