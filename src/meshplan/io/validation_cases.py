@@ -43,6 +43,20 @@ class CaseResult:
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def _repr_html_(self) -> str:
+        from meshplan.plots.notebook import cases_html
+
+        return cases_html([self])
+
+
+class CaseResults(list):
+    """The cases of a validation file, in file order (a list that renders itself in notebooks)."""
+
+    def _repr_html_(self) -> str:
+        from meshplan.plots.notebook import cases_html
+
+        return cases_html(self)
+
 
 def _get(case: dict, path: str, where: str):
     node = case
@@ -216,7 +230,7 @@ def _cluster(case: dict, case_id: str):
     return cluster.model_copy(update={"levels": resized, "id": f"{cluster_id} ({per_node} devices per node)"})
 
 
-def validate(path: str | Path, progress=None) -> list[CaseResult]:
+def validate(path: str | Path, progress=None) -> CaseResults:
     """Every case of the file, each scored on its own; a repeated id is reported as an error."""
     cases = load_cases(path)
     results, seen = [], set()
@@ -229,7 +243,7 @@ def validate(path: str | Path, progress=None) -> list[CaseResult]:
         results.append(result)
         if progress:
             progress(index + 1, len(cases))
-    return results
+    return CaseResults(results)
 
 
 def summarize(results: list[CaseResult]) -> dict[str, dict]:

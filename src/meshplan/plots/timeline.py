@@ -4,7 +4,8 @@ per device role and stream, the scheduled tasks as spans.
 A step of a large job schedules tens of thousands of tasks; a browser draws a few thousand
 bars smoothly. When there are more, tasks of the same kind that follow each other on a lane
 with a gap of at most ``gap_s`` are drawn as one span, the gap doubling until the figure has at
-most ``max_spans`` spans. Every task stays inside a span of its lane and kind; the note says
+most ``max_spans`` spans (or, where kinds alternate more often than that, one span per run of
+a kind). Every task stays inside a span of its lane and kind; the note says
 how far apart merged tasks were.
 """
 
@@ -28,12 +29,14 @@ def timeline(trace: dict, max_spans: int = 3000, title: str = "Per-device timeli
     lanes = tuple(dict.fromkeys(s.lane for s in sorted(tasks, key=lambda s: _lane_order(s.lane, processes, threads))))
     end_s = max((s.start_s + s.duration_s for s in tasks), default=0.0)
     end_s = max(end_s, float((trace.get("metadata") or {}).get("step_time_s") or 0.0))
-    spans, gap_s = merge(tasks, 0.0), 0.0
-    while len(spans) > max_spans:
+    spans, gap_s = sorted(tasks, key=lambda s: (s.lane, s.start_s)), None  # every task, as scheduled
+    if len(spans) > max_spans:
+        spans, gap_s = merge(tasks, 0.0), 0.0  # touching tasks of one kind first
+    while len(spans) > max_spans and gap_s < end_s:  # beyond the step, no gap is left to close
         gap_s = max(2 * gap_s, end_s * 1e-5)
         spans = merge(tasks, gap_s)
-    note = "" if gap_s == 0 else (
-        f"{len(tasks)} tasks drawn as {len(spans)} spans: tasks of one kind less than "
+    note = "" if gap_s is None else (
+        f"{len(tasks)} tasks drawn as {len(spans)} spans: tasks of one kind at most "
         f"{gap_s * 1e3:.3g} ms apart on a lane are merged")
     return Timeline("timeline", title, lanes, tuple(spans), end_s, note)
 
