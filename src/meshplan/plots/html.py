@@ -82,12 +82,12 @@ def format_cell(column: str, value) -> str:
     if column in ("mfu", "relative_error"):
         return f"{value:.1%}"
     if column.endswith("_per_s"):  # a rate, not a time
-        return f"{value:,.4g}"
+        return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:,.4g}"
     if column.endswith("_s"):
         return f"{value:.4g} s"
     if column.endswith("_j"):
         return f"{value / 1e3:,.1f} kJ"
-    return f"{value:,.4g}"
+    return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:,.4g}"
 
 
 def plotly_figure(go, figure):
@@ -140,7 +140,7 @@ def _scatter(go, scatter: Scatter):
         lo, hi = min(values) * 0.8, max(values) * 1.25
         fig.add_trace(go.Scatter(x=[lo, hi, hi, lo], y=[lo * (1 + scatter.band), hi * (1 + scatter.band),
                                                        hi * (1 - scatter.band), lo * (1 - scatter.band)],
-                                 fill="toself", fillcolor="rgba(120,120,120,0.15)", line=dict(width=0),
+                                 mode="lines", fill="toself", fillcolor="rgba(120,120,120,0.15)", line=dict(width=0),
                                  name=scatter.band_label, hoverinfo="skip"))
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line=dict(color="gray", dash="dot"),
                                  name="predicted = measured", hoverinfo="skip"))
