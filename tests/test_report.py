@@ -71,6 +71,18 @@ def test_search_figures_read_every_stored_plan(stored):
     assert memory.line == source.job["cluster"]["device"]["hbm_bytes"]
 
 
+def test_energy_front_from_the_stored_energy_per_step(stored):
+    source = load(stored["store"])
+    fits = [r for r in source.data if r["fits"]]
+    assert all(r["energy_j"] > 0 for r in fits)  # the A100 has a power model: rows carry energy
+    scatter = next(f for f in report(source).figures if f.name == "pareto_energy")
+    line = scatter.series[1]
+    assert list(line.x) == sorted(line.x) and all(a > b for a, b in zip(line.y, line.y[1:]))  # a staircase down
+    best = min(fits, key=lambda r: r["step_time_s"])
+    assert line.y[-1] == best["step_time_s"]  # the fastest plan ends the front
+    assert min(line.x) == min(r["energy_j"] for r in fits)  # the most frugal plan starts it
+
+
 def test_plan_breakdowns_sum_to_each_step_time(stored):
     rows = json.loads(stored["search"].read_text())["top"]
     bars = plan_breakdowns(rows)

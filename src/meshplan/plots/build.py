@@ -90,18 +90,24 @@ def energy_breakdown(e: dict) -> Bars:
 # --- a search -------------------------------------------------------------------------------
 
 def search_figures(source: Source, top: int = 10) -> tuple[list[Figure], list[str]]:
-    if source.kind == "store":
+    energy = None
+    if source.kind == "store":  # every plan the search evaluated; the fastest first
         rows = [r for r in source.data if r.get("fits") and r.get("step_time_s") is not None]
         capacity = ((source.job or {}).get("cluster") or {}).get("device", {}).get("hbm_bytes")
-        fronts = {"memory": front(rows, "memory_bytes"), "devices": front(rows, "num_devices")}
-    else:
+        energy = energy_column(rows)
+        fronts = {"memory": front(rows, "memory_bytes"), "devices": front(rows, "num_devices"),
+                  "energy": front(rows, energy) if energy else []}
+        best, title = sorted(rows, key=lambda r: r["step_time_s"])[:top], "fastest plans that fit"
+    else:  # the top plans as the search ranked them (by its --objective), and its exact fronts
         rows = list(source.data["top"])
         capacity = None
         stored = source.data.get("pareto") or {}
+        energy = energy_column(rows) or ("energy_j" if stored.get("energy") else None)
         fronts = {"memory": stored.get("memory") or front(rows, "memory_bytes"),
-                  "devices": stored.get("devices") or front(rows, "num_devices")}
-    best = sorted(rows, key=lambda r: r["step_time_s"])[:top]
-    figures: list[Figure] = [top_plans(best), plan_breakdowns(best), plan_memory(best, capacity)]
+                  "devices": stored.get("devices") or front(rows, "num_devices"),
+                  "energy": stored.get("energy") or (front(rows, energy) if energy else [])}
+        best, title = rows[:top], "best plans of the search"
+    figures: list[Figure] = [top_plans(best, title), plan_breakdowns(best), plan_memory(best, capacity)]
     notes: list[str] = []
     figures.append(pareto_scatter("pareto_memory", "Step time against memory per device", rows, fronts["memory"],
                                   "memory_bytes", "memory per device", "bytes"))
@@ -110,12 +116,12 @@ def search_figures(source: Source, top: int = 10) -> tuple[list[Figure], list[st
                                       "num_devices", "devices", "count"))
     else:
         notes.append("no devices front: every plan uses the same device count (meshplan search --pareto --json has it)")
-    energy = energy_column(rows)
-    if energy:
-        figures.append(pareto_scatter("pareto_energy", "Step time against energy per step", rows, front(rows, energy),
+    if energy and fronts["energy"]:
+        figures.append(pareto_scatter("pareto_energy", "Step time against energy per step",
+                                      [r for r in rows if r.get(energy) is not None], fronts["energy"],
                                       energy, "energy per step", "j"))
     else:
-        notes.append("no energy front: the stored plans carry no energy per step")
+        notes.append("no energy front: the stored plans carry no energy per step (no power model)")
     return figures, notes
 
 
@@ -132,9 +138,10 @@ def plan_label(row: dict) -> str:
     return " ".join(parts)
 
 
-def top_plans(rows: list[dict]) -> Table:
+def top_plans(rows: list[dict], title: str = "fastest plans that fit") -> Table:
     columns = (*PLAN_COLUMNS, "step_time_s", "tokens_per_s", "mfu", "memory_bytes")
-    return Table("top_plans", f"The {len(rows)} fastest plans that fit", ("rank", *columns),
+    columns += tuple(c for c in ENERGY_COLUMNS if rows and rows[0].get(c) is not None)[:1]
+    return Table("top_plans", f"The {len(rows)} {title}", ("rank", *columns),
                  tuple((rank, *(row.get(c) for c in columns)) for rank, row in enumerate(rows, start=1)))
 
 
@@ -161,7 +168,7 @@ def front(rows: list[dict], column: str) -> list[dict]:
     """The rows no other row beats on both step time and ``column`` (less is better on both),
     least ``column`` first."""
     out: list[dict] = []
-    for row in sorted(rows, key=lambda r: (r[column], r["step_time_s"])):
+    for row in sorted((r for r in rows if r.get(column) is not None), key=lambda r: (r[column], r["step_time_s"])):
         if not out or row["step_time_s"] < out[-1]["step_time_s"]:
             if out and out[-1][column] == row[column]:
                 out.pop()
@@ -170,12 +177,15 @@ def front(rows: list[dict], column: str) -> list[dict]:
 
 
 def energy_column(rows: list[dict]) -> str | None:
-    return next((c for c in ENERGY_COLUMNS if rows and all(r.get(c) is not None for r in rows)), None)
+    """The energy column the rows carry (None: no row has one, e.g. no power model)."""
+    return next((c for c in ENERGY_COLUMNS if any(r.get(c) is not None for r in rows)), None)
 
 
 def pareto_scatter(name: str, title: str, rows: list[dict], front_rows: list[dict], column: str, label: str,
                    unit: str) -> Scatter:
-    """Every plan that fits as a point, the front as a line through its plans."""
+    """Every plan that fits as a point, the front as a staircase through its plans (least
+    ``column`` first, whatever order the front was stored in)."""
+    front_rows = sorted(front_rows, key=lambda r: r[column])
     every = Series("plans that fit", tuple(float(r[column]) for r in rows), tuple(r["step_time_s"] for r in rows),
                    tuple(plan_label(r) for r in rows))
     line = Series("Pareto front", tuple(float(r[column]) for r in front_rows), tuple(r["step_time_s"] for r in front_rows),
