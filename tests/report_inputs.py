@@ -24,6 +24,10 @@ CASE = {
 
 ESTIMATE = ["estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--devices", "1536", "--tp", "8",
             "--pp", "16", "--global-batch", "1536", "--recompute", "full"]
+INFERENCE = ["estimate", "--model", "llama3-70b", "--cluster", "dgx-h100", "--devices", "8", "--tp", "8", "--task", "inference",
+             "--batch", "64", "--prompt-len", "2048", "--output-len", "512"]
+DLRM = ["estimate", "--model", "dlrm-a", "--cluster", "zionex-a100", "--devices", "128", "--strategy",
+        "embedding=(mp) dense=(tp,ddp)", "--global-batch", "65536"]
 SEARCH = ["search", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--devices", "64", "--global-batch", "1536",
           "--executor", "serial", "--set", "space.tp=[4,8]", "--set", "space.pp=[4,8]"]
 
@@ -50,10 +54,14 @@ def cases() -> list[dict]:
 
 
 def write_inputs(folder: Path) -> dict[str, Path]:
-    """estimate.json, trace.json, search.json, store/ and validation.json in ``folder``."""
-    paths = {name: folder / f"{name}.json" for name in ("estimate", "trace", "search", "validation")}
+    """estimate.json, trace.json, search.json, store/ and validation.json in ``folder``, and a
+    serving request's and a DLRM iteration's estimate and trace (inference*.json, dlrm*.json)."""
+    names = ("estimate", "trace", "search", "validation", "inference", "inference_trace", "dlrm", "dlrm_trace")
+    paths = {name: folder / f"{name}.json" for name in names}
     paths["store"] = folder / "store"
     paths["estimate"].write_text(_run([*ESTIMATE, "--json", "--trace", str(paths["trace"])]))
+    paths["inference"].write_text(_run([*INFERENCE, "--json", "--trace", str(paths["inference_trace"])]))
+    paths["dlrm"].write_text(_run([*DLRM, "--json", "--trace", str(paths["dlrm_trace"])]))
     paths["search"].write_text(_run([*SEARCH, "--json", "--store", str(paths["store"])]))
     (folder / "cases.yaml").write_text(yaml.safe_dump(cases()))
     paths["validation"].write_text(_run(["validate", str(folder / "cases.yaml"), "--json"]))

@@ -80,9 +80,9 @@ MARKS_JS = """() => Object.fromEntries([...document.querySelectorAll('section.fi
         .length]))"""
 
 
-@pytest.mark.parametrize("name", ["estimate", "store", "validation"])
+@pytest.mark.parametrize("name", ["estimate", "inference", "dlrm", "store", "validation"])
 def test_report_draws_every_figure_in_chromium(browser, stored, tmp_path, name):
-    trace = stored["trace"] if name == "estimate" else None
+    trace = {"estimate": stored["trace"], "inference": stored["inference_trace"], "dlrm": stored["dlrm_trace"]}.get(name)
     out = tmp_path / f"{name}.html"
     write_report(stored[name], out, "html", trace)
     built = report(load(stored[name]), load_trace(trace) if trace else None)

@@ -21,15 +21,16 @@ MEMORY_CATEGORIES = ("weights_bytes", "low_precision_weights_bytes", "gradients_
 
 def report(source: Source, trace: dict | None = None, top: int = 10) -> Report:
     """Every figure the stored result supports, and the timeline of ``trace`` if given."""
-    builders = {"estimate": estimate_figures, "store": search_figures, "search": search_figures,
-                "validation": validation_figures}
+    from meshplan.plots.build_other import dlrm_figures, inference_figures
+
+    builders = {"estimate": estimate_figures, "inference": inference_figures, "dlrm": dlrm_figures,
+                "store": search_figures, "search": search_figures, "validation": validation_figures}
     figures, notes = builders[source.kind](source, top)
     if trace is not None:
-        figures.append(timeline(trace))
-    elif source.kind in ("estimate", "store", "search"):
+        figures.append(timeline(trace, title="Per-device timeline" + (" of one step" if source.kind == "estimate" else "")))
+    elif source.kind != "validation":
         notes.append("no timeline: pass the trace of the plan with --trace (meshplan estimate ... --trace FILE)")
-    title = {"estimate": "meshplan estimate", "store": "meshplan search", "search": "meshplan search",
-             "validation": "meshplan validate"}[source.kind]
+    title = "meshplan " + {"store": "search", "search": "search", "validation": "validate"}.get(source.kind, "estimate")
     return Report(title, f"{source.kind}: {source.path}", tuple(figures), tuple(notes))
 
 

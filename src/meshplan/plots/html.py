@@ -79,14 +79,14 @@ def format_cell(column: str, value) -> str:
         return str(value)
     if column.endswith("_bytes"):
         return f"{value / 2**30:.2f} GiB"
-    if column in ("mfu", "relative_error"):
+    if column in ("mfu", "hfu", "relative_error") or column.endswith("_fraction"):
         return f"{value:.1%}"
     if column.endswith("_per_s"):  # a rate, not a time
         return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:,.4g}"
     if column.endswith("_s"):
         return f"{value:.4g} s"
     if column.endswith("_j"):
-        return f"{value / 1e3:,.1f} kJ"
+        return f"{value / 1e3:,.1f} kJ" if abs(value) >= 1e3 else f"{value:.4g} J"
     return f"{value:,.0f}" if abs(value) >= 1e4 else f"{value:,.4g}"
 
 
@@ -167,7 +167,7 @@ def _timeline(go, t: Timeline):
             customdata=[[s.label] for s in spans],
             hovertemplate="%{customdata[0]}<br>%{base:.4g} ms + %{x:.4g} ms<extra>" + kind + "</extra>"))
     title = t.title + (f"<br><sup>{t.note}</sup>" if t.note else "")
-    fig.update_layout(title=title, barmode="overlay", bargap=0.25, height=120 + 28 * len(t.lanes),
+    fig.update_layout(title=title, barmode="overlay", bargap=0.25, height=max(300, 120 + 28 * len(t.lanes)),
                       margin=dict(l=60, r=30, t=70, b=40), xaxis=dict(title="time (ms)", range=[0, t.end_s * 1e3]),
                       yaxis=dict(categoryorder="array", categoryarray=list(reversed(t.lanes)), automargin=True))
     return fig

@@ -3,7 +3,8 @@
 - a ``meshplan search --store`` folder (``plans-*.parquet`` and ``search.json``): every
   evaluated plan, the job that was searched;
 - a ``meshplan search --json`` file: the top plans (and ``pareto`` fronts with ``--pareto``);
-- a ``meshplan estimate --json`` file: one training step's estimate;
+- a ``meshplan estimate --json`` file: one training step's estimate, a serving request's
+  (``--task inference``) or a DLRM iteration's;
 - a ``meshplan validate --json`` file: one object per validation case;
 - a ``meshplan estimate --trace`` file (Chrome trace), given with ``--trace``: the timeline.
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from meshplan.errors import MeshplanError
 
-KINDS = ("store", "search", "estimate", "validation")
+KINDS = ("store", "search", "estimate", "inference", "dlrm", "validation")
 _CASE_KEYS = {"id", "group", "measured_step_time_s", "predicted_step_time_s", "relative_error"}
 _WHAT = "a meshplan search --store folder, or a JSON file written by meshplan estimate, search or validate --json"
 
@@ -55,8 +56,11 @@ def load(path: str | Path) -> Source:
         return Source("search", str(path), data)
     if isinstance(data, list) and not data:
         raise MeshplanError("INPUT", str(path), "a validation file with at least one case (this one is empty)")
-    if isinstance(data, dict) and ("iteration_s" in data or "ttft_s" in data):
-        raise MeshplanError("INPUT", str(path), "a training estimate (DLRM and inference estimates are not drawn yet)")
+    if isinstance(data, dict) and isinstance(data.get("memory"), dict):
+        if isinstance(data.get("prefill"), dict) and isinstance(data.get("decode"), dict) and "ttft_s" in data:
+            return Source("inference", str(path), data)
+        if "iteration_s" in data and isinstance(data.get("serialized_by_kind_s"), dict):
+            return Source("dlrm", str(path), data)
     raise MeshplanError("INPUT", str(path), _WHAT)
 
 

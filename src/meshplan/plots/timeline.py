@@ -28,7 +28,8 @@ def timeline(trace: dict, max_spans: int = 3000, title: str = "Per-device timeli
         tasks.append(Span(lane, span_kind(e, stream), e["ts"] * 1e-6, e["dur"] * 1e-6, e["name"]))
     lanes = tuple(dict.fromkeys(s.lane for s in sorted(tasks, key=lambda s: _lane_order(s.lane, processes, threads))))
     end_s = max((s.start_s + s.duration_s for s in tasks), default=0.0)
-    end_s = max(end_s, float((trace.get("metadata") or {}).get("step_time_s") or 0.0))
+    metadata = trace.get("metadata") or {}
+    end_s = max(end_s, float(metadata.get("step_time_s") or metadata.get("end_s") or 0.0))
     spans, gap_s = sorted(tasks, key=lambda s: (s.lane, s.start_s)), None  # every task, as scheduled
     if len(spans) > max_spans:
         spans, gap_s = merge(tasks, 0.0), 0.0  # touching tasks of one kind first
