@@ -311,3 +311,24 @@ def test_figure_kinds_are_drawn_by_every_renderer(stored):
     t = next(f for f in built.figures if isinstance(f, Timeline))
     bars = [trace for trace in figure_json(t)["data"] if trace["type"] == "bar"]
     assert sum(len(trace["x"]) for trace in bars) == len(t.spans)
+
+
+def _svg_rects(figures) -> int:
+    """Rects an inline SVG chart draws: one per non-zero segment and one per legend entry."""
+    bars = [f for f in figures if isinstance(f, Bars)]
+    return sum(v > 0 for b in bars for values in b.series.values() for v in values) + \
+        sum(any(values) for b in bars for values in b.series.values())
+
+
+def test_serving_and_dlrm_estimates_render_in_notebooks():
+    import meshplan
+    from meshplan.plots.build_other import dlrm_figures, inference_figures
+    from meshplan.plots.inputs import Source
+
+    serving = meshplan.estimate("llama3-70b", "dgx-h100", tp=8, num_devices=8,
+                                task={"kind": "inference", "batch_size": 64, "prompt_len": 2048, "output_len": 512})
+    dlrm = meshplan.estimate(model="dlrm-a", cluster="zionex-a100", num_devices=128,
+                             strategy="embedding=(mp) dense=(tp,ddp)", global_batch_size=65536)
+    expected = _svg_rects(inference_figures(Source("inference", "", serving.to_dict()))[0])
+    assert serving._repr_html_().count("<rect") == expected
+    assert dlrm._repr_html_().count("<rect") == _svg_rects(dlrm_figures(Source("dlrm", "", dlrm.to_dict()))[0])

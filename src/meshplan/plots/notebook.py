@@ -15,7 +15,8 @@ def svg_bars(bars: Bars, width: int = 560, row_height: int = 18) -> str:
     """Horizontal stacked bars, one row per category, a legend below and the limit line dashed."""
     scale, unit = _SCALE[bars.unit]
     label_w, legend_h = 150, 16
-    shown = [(name, values) for name, values in bars.series.items() if any(values)]
+    # colours by series position, as in the report, so a segment keeps its colour when others are zero
+    shown = [(i, name, values) for i, (name, values) in enumerate(bars.series.items()) if any(values)]
     top = max([*bars.totals(), bars.line or 0.0, 1e-300])
     plot_w = width - label_w - 10
     legend_rows = (len(shown) + 3) // 4
@@ -25,7 +26,7 @@ def svg_bars(bars: Bars, width: int = 560, row_height: int = 18) -> str:
         y = row * row_height + 4
         parts.append(f'<text x="{label_w - 6}" y="{y + row_height * 0.65:.1f}" text-anchor="end">{html.escape(category)}</text>')
         x = float(label_w)
-        for i, (name, values) in enumerate(shown):
+        for i, name, values in shown:
             w = values[row] / top * plot_w
             if w > 0:
                 parts.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_height - 4}" fill="{PALETTE[i % 10]}">'
@@ -37,12 +38,12 @@ def svg_bars(bars: Bars, width: int = 560, row_height: int = 18) -> str:
         parts.append(f'<line x1="{lx:.2f}" y1="0" x2="{lx:.2f}" y2="{axis_y}" stroke="black" stroke-dasharray="4 3"/>')
     parts.append(f'<text x="{label_w}" y="{axis_y + 12}">0</text><text x="{width - 10}" y="{axis_y + 12}" '
                  f'text-anchor="end">{top * scale:.4g} {unit}</text>')
-    for i, (name, _) in enumerate(shown):
-        lx, ly = 10 + (i % 4) * (width // 4), axis_y + 20 + (i // 4) * legend_h
+    for k, (i, name, _) in enumerate(shown):
+        lx, ly = 10 + (k % 4) * (width // 4), axis_y + 20 + (k // 4) * legend_h
         parts.append(f'<rect x="{lx}" y="{ly}" width="10" height="10" fill="{PALETTE[i % 10]}"/>'
                      f'<text x="{lx + 14}" y="{ly + 9}">{html.escape(name)}</text>')
     parts.append("</svg>")
-    return "".join(parts)
+    return f"<div><b>{html.escape(bars.title)}</b><br>{''.join(parts)}</div>"
 
 
 def table_html(table: Table, limit: int = 10) -> str:
@@ -63,6 +64,26 @@ def estimate_html(estimate) -> str:
     data = estimate.to_dict()
     return (f"<div>{table_html(key_numbers(data), limit=20)}"
             f"{svg_bars(step_breakdown(data))}{svg_bars(memory_per_role(data))}</div>")
+
+
+def inference_html(estimate) -> str:
+    """An InferenceEstimate: key numbers, the prefill and a decode step by part, memory."""
+    from meshplan.plots.build_other import inference_figures
+    from meshplan.plots.inputs import Source
+
+    return _figures_html(inference_figures(Source("inference", "", estimate.to_dict()))[0])
+
+
+def dlrm_html(estimate) -> str:
+    """A DLRMEstimate: key numbers, the iteration, serialized time by kind, memory, energy."""
+    from meshplan.plots.build_other import dlrm_figures
+    from meshplan.plots.inputs import Source
+
+    return _figures_html(dlrm_figures(Source("dlrm", "", estimate.to_dict()))[0])
+
+
+def _figures_html(figures) -> str:
+    return "<div>" + "".join(table_html(f, limit=20) if isinstance(f, Table) else svg_bars(f) for f in figures) + "</div>"
 
 
 def search_html(result) -> str:

@@ -183,6 +183,11 @@ class DLRMEstimate:
         out["energy"] = self.energy.as_dict() if self.energy else None
         return out
 
+    def _repr_html_(self) -> str:
+        from meshplan.plots.notebook import dlrm_html
+
+        return dlrm_html(self)
+
     def __repr__(self) -> str:
         status = "fits" if self.fits else "DOES NOT FIT"
         return (
