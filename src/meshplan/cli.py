@@ -428,6 +428,21 @@ def _degrees(text: str) -> tuple[int, ...]:
     return degrees
 
 
+@app.command()
+def report(
+    input_: Path = typer.Argument(..., metavar="INPUT", help="A search --store folder, or an estimate, search or validate --json file."),
+    out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write; with --format png/svg/pdf, a folder (one file per figure)."),
+    fmt: str = typer.Option("html", "--format", help="html (one self-contained page), png, svg or pdf."),
+    trace: Optional[Path] = typer.Option(None, help="A trace from meshplan estimate --trace: adds the per-device timeline."),
+    top: int = typer.Option(10, help="How many of the best plans a search report shows."),
+):
+    """Draw stored results: breakdowns, memory, Pareto fronts, the timeline, validation errors."""
+    from meshplan.plots import write_report
+
+    written = write_report(input_, out, fmt, trace, top)
+    _console(stderr=True).print(f"report written to {out}" + (f" ({len(written)} files)" if fmt != "html" else ""))
+
+
 @catalog_app.command("list")
 def catalog_list(kind: Optional[str] = typer.Argument(None, help="devices, clusters or models (default: all).")):
     """List the ids in the built-in catalog."""

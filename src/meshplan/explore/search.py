@@ -110,6 +110,12 @@ class SearchResult:
             raise MeshplanError("to_arrow", "pyarrow", "install the store extra: pip install 'meshplan[store]'") from None
         return pa.Table.from_pylist(rows if rows is not None else self.top)
 
+    def _repr_html_(self) -> str:
+        """The fastest plans and where their time goes, in notebooks (meshplan.plots.notebook)."""
+        from meshplan.plots.notebook import search_html
+
+        return search_html(self)
+
     def to_pandas(self):
         try:
             import pandas as pd

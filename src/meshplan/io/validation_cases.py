@@ -45,6 +45,20 @@ class CaseResult:
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
+    def _repr_html_(self) -> str:
+        from meshplan.plots.notebook import cases_html
+
+        return cases_html([self])
+
+
+class CaseResults(list):
+    """The cases of a validation file, in file order (a list that renders itself in notebooks)."""
+
+    def _repr_html_(self) -> str:
+        from meshplan.plots.notebook import cases_html
+
+        return cases_html(self)
+
 
 def _get(case: dict, path: str, where: str):
     node = case
@@ -223,7 +237,7 @@ def _cluster(case: dict, case_id: str):
     return cluster.model_copy(update={"levels": resized, "id": f"{cluster_id} ({per_node} devices per node)"})
 
 
-def validate(path: str | Path, progress=None, profile: str | Path | Profile | None = None) -> list[CaseResult]:
+def validate(path: str | Path, progress=None, profile: str | Path | Profile | None = None) -> CaseResults:
     """Every case of the file, each scored on its own; a repeated id is reported as an error.
     ``profile``: a measured profile (``meshplan calibrate``) for the cases on its device."""
     measured = None if profile is None else load_profile(profile)
@@ -238,7 +252,7 @@ def validate(path: str | Path, progress=None, profile: str | Path | Profile | No
         results.append(result)
         if progress:
             progress(index + 1, len(cases))
-    return results
+    return CaseResults(results)
 
 
 def summarize(results: list[CaseResult]) -> dict[str, dict]:

@@ -108,6 +108,12 @@ class Estimate:
             out["cost_to_train"] = self.cost_to_train(self.train_tokens)
         return out
 
+    def _repr_html_(self) -> str:
+        """Key numbers and small charts in notebooks (meshplan.plots.notebook)."""
+        from meshplan.plots.notebook import estimate_html
+
+        return estimate_html(self)
+
     def __repr__(self) -> str:
         b = self.breakdown
         comm = ", ".join(f"{k}={format_seconds(v)}" for k, v in b.exposed_comm_s.items() if v > 0) or "none"
@@ -176,6 +182,11 @@ class DLRMEstimate:
         out["memory"]["fits"] = self.fits
         out["energy"] = self.energy.as_dict() if self.energy else None
         return out
+
+    def _repr_html_(self) -> str:
+        from meshplan.plots.notebook import dlrm_html
+
+        return dlrm_html(self)
 
     def __repr__(self) -> str:
         status = "fits" if self.fits else "DOES NOT FIT"

@@ -78,6 +78,12 @@ class InferenceEstimate:
         request = self.energy_per_request_j
         return None if request is None else request / (self.batch_size * self.output_len)
 
+    def _repr_html_(self) -> str:
+        """Key numbers and small charts in notebooks (meshplan.plots.notebook)."""
+        from meshplan.plots.notebook import inference_html
+
+        return inference_html(self)
+
     def to_dict(self) -> dict:
         out = asdict(self)
         for phase in ("prefill_energy", "decode_energy"):
