@@ -52,8 +52,9 @@ def test_titles_say_devices_of_cluster(monkeypatch, capsys):
 def test_timings_and_collectives_are_not_under_memory():
     e = meshplan.estimate(**GPT3)
     groups = estimate_groups(e)
-    assert list(groups) == ["time", "work", "memory"]
-    time, work, memory = (_names(rows) for rows in groups.values())
+    assert list(groups) == ["time", "work", "memory", "energy"]
+    time, work, memory, energy = (_names(rows) for rows in groups.values())
+    assert {"energy per step", "compute", "idle power"} <= energy
     assert {"step time", "compute", "pipeline bubble", "optimizer"} <= time
     assert {kind.replace("_", " ") for kind in e.serialized_by_op_s} | set(e.collectives) <= work
     assert {"memory per device", "weights", "optimizer state"} <= memory
@@ -62,7 +63,7 @@ def test_timings_and_collectives_are_not_under_memory():
 
     d = meshplan.estimate(**DLRM)
     d_groups = dlrm_groups(d)
-    assert list(d_groups) == ["time", "work", "memory"]
+    assert list(d_groups) == ["time", "work", "memory", "energy"]
     assert not any("all-to-all" in name or "hidden" in value for name, value in d_groups["memory"])
 
 

@@ -30,6 +30,7 @@ MEMORY_CATEGORIES = (
     "activations_bytes",
     "gathered_weights_bytes",
     "comm_buffers_bytes",
+    "low_precision_weights_bytes",
 )
 REL = 1e-9  # floating-point slack for sums and monotonicity
 

@@ -160,8 +160,9 @@ def test_a_job_larger_than_the_outermost_level_is_refused():
 
 def test_context_parallel_ranks_share_the_distributed_optimizer():
     """Megatron-Core reduces gradients and shards the distributed optimizer over dp x cp: Llama 3 8B
-    on 8 H100 with cp 2, dp 4 (NeMo 24.07) holds the optimizer states of dp 8, and fits."""
-    base = dict(num_devices=8, zero_stage=1, global_batch_size=128, seq_len=8192, precision="fp8")
+    on 8 H100 with cp 2, dp 4 (NeMo 24.07) holds the optimizer states of dp 8, and fits (with
+    NeMo's FP8 primary weights; its 16-bit weights and their cached FP8 copies would not)."""
+    base = dict(num_devices=8, zero_stage=1, global_batch_size=128, seq_len=8192, precision="fp8", framework="nemo")
     cp2 = api.estimate("llama3-8b", "dgx-h100", cp=2, **base)
     dp8 = api.estimate("llama3-8b", "dgx-h100", **base)
     assert cp2.memory.optimizer_bytes == pytest.approx(dp8.memory.optimizer_bytes, rel=1e-12)

@@ -11,11 +11,12 @@ from meshplan.errors import MeshplanError
 from meshplan.explore.search import ROW_TYPES, SearchResult, search_strategies
 from meshplan.explore.search import search as run_search
 from meshplan.explore.executors import EXECUTORS, make_executor
-from meshplan.explore.pareto import device_counts, devices_front, memory_front
+from meshplan.explore.pareto import device_counts, devices_front, energy_front, memory_front
 from meshplan.explore.serving import search_serving
 from meshplan.explore.space import SearchSpace
 from meshplan.explore.store import PlanStore
 from meshplan.io.hf_config import model_from_hf_config
+from meshplan.io.profile import load_profile
 from meshplan.parallel.hierarchy import plan_for_strategy
 from meshplan.parallel.program import build_program
 from meshplan.parallel.strategy import build_strategy_program
@@ -23,6 +24,7 @@ from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make
 from meshplan.specs.base import build
 from meshplan.specs.scenario import device_count
 from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.profile import Profile
 from meshplan.specs.strategy import Strategy
 from meshplan.specs.dlrm_scenario import DLRMScenario, make_dlrm_scenario
 from meshplan.timeline.estimate import DLRMEstimate, Estimate
@@ -52,12 +54,16 @@ def _is_dir(path: str) -> bool:
         return False
 
 
-def resolve_cluster(cluster: str | Cluster | dict) -> Cluster:
+def resolve_cluster(cluster: str | Cluster | dict, profile: str | Path | Profile | dict | None = None) -> Cluster:
+    """A catalog id, a mapping or a spec; with ``profile`` (a measured profile's path, e.g. from
+    ``meshplan calibrate``), its device runs at the measured efficiency instead of the catalog's."""
     if isinstance(cluster, str):
-        return catalog.cluster(cluster)
-    if isinstance(cluster, dict) and isinstance(cluster.get("device"), str):
-        cluster = {**cluster, "device": catalog.device(cluster["device"])}
-    return build(Cluster, cluster, "cluster")
+        resolved = catalog.cluster(cluster)
+    else:
+        if isinstance(cluster, dict) and isinstance(cluster.get("device"), str):
+            cluster = {**cluster, "device": catalog.device(cluster["device"])}
+        resolved = build(Cluster, cluster, "cluster")
+    return resolved if profile is None else load_profile(profile).apply(resolved)
 
 
 def scenario(
@@ -66,6 +72,7 @@ def scenario(
     plan: Plan | dict | None = None,
     num_devices: int | None = None,
     task: Task | dict | None = None,
+    profile: str | Path | Profile | dict | None = None,
     **plan_fields,
 ) -> Scenario:
     """Validate the inputs once; every error names its field. A DLRM gives a DLRMScenario, whose
@@ -74,8 +81,8 @@ def scenario(
     plan_data.update(plan_fields)
     resolved = resolve_model(model)
     if isinstance(resolved, DLRMModel):
-        return make_dlrm_scenario(resolved, resolve_cluster(cluster), plan_data, num_devices, task)
-    resolved_cluster = resolve_cluster(cluster)
+        return make_dlrm_scenario(resolved, resolve_cluster(cluster, profile), plan_data, num_devices, task)
+    resolved_cluster = resolve_cluster(cluster, profile)
     if plan_data.get("strategy") is not None:
         plan_data = _transformer_strategy(plan_data, resolved_cluster, num_devices)
     return make_scenario(
@@ -107,6 +114,7 @@ def estimate(
     plan: Plan | dict | None = None,
     num_devices: int | None = None,
     task: Task | dict | None = None,
+    profile: str | Path | Profile | dict | None = None,
     **plan_fields,
 ) -> Estimate | InferenceEstimate:
     """Predict one training step (or, with ``task={"kind": "inference", ...}``, a prefill and
@@ -115,12 +123,15 @@ def estimate(
         meshplan.estimate("gpt3-175b", "dgx-a100-80gb", tp=8, pp=16, num_devices=1536,
                           global_batch_size=1536, recompute="full")
 
+    ``profile`` is a measured profile (the profile.yaml ``meshplan calibrate`` writes) used
+    instead of the device's catalog profile.
+
     A DLRM takes a per-layer-kind strategy instead (MAD Max Sec. 2.2) and returns a DLRMEstimate::
 
         meshplan.estimate(model="dlrm-a", cluster="zionex-a100", num_devices=128,
                           strategy="embedding=(mp) dense=(tp,ddp)", global_batch_size=65536)
     """
-    return estimate_scenario(scenario(model, cluster, plan, num_devices, task, **plan_fields))
+    return estimate_scenario(scenario(model, cluster, plan, num_devices, task, profile, **plan_fields))
 
 
 def estimate_scenario(s: Scenario | DLRMScenario) -> Estimate | InferenceEstimate | DLRMEstimate:
@@ -153,7 +164,7 @@ def trace(s: Scenario) -> dict:
     return chrome_trace(costed, step_estimate(costed))
 
 
-def search_job(model, cluster, num_devices, plan=None, space=None, task=None, **plan_fields) -> tuple:
+def search_job(model, cluster, num_devices, plan=None, space=None, task=None, profile=None, **plan_fields) -> tuple:
     """Resolve and validate the inputs of a search: (model, cluster, devices, base plan, space, task)."""
     plan_data = plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})
     plan_data.update(plan_fields)
@@ -162,10 +173,10 @@ def search_job(model, cluster, num_devices, plan=None, space=None, task=None, **
     resolved = resolve_model(model)
     _check_fixed_fields(plan_data, space, resolved, task)
     if isinstance(resolved, DLRMModel):
-        return (resolved, resolve_cluster(cluster), num_devices, plan_data, None, task)
+        return (resolved, resolve_cluster(cluster, profile), num_devices, plan_data, None, task)
     return (
         resolved,
-        resolve_cluster(cluster),
+        resolve_cluster(cluster, profile),
         num_devices,
         build(Plan, plan_data, "plan"),
         build(SearchSpace, space or {}, "space"),
@@ -195,11 +206,12 @@ def _check_fixed_fields(plan_data: dict, space, resolved, task) -> None:
             raise MeshplanError(f"space.{key}", (space or {}).get(key) if isinstance(space, dict) else getattr(space, key), f"{who} does not read it; {valid}")
 
 
-def pareto(model, cluster, num_devices, plan=None, space=None, task=None, progress=None, **plan_fields) -> dict:
-    """Exact Pareto fronts around the best plan: step time vs memory per device, and step time
-    vs devices used (num_devices, num_devices/2, ...). ``progress(done, total)`` counts the plans
+def pareto(model, cluster, num_devices, plan=None, space=None, task=None, progress=None, profile=None, **plan_fields) -> dict:
+    """Exact Pareto fronts around the best plan: step time vs memory per device, step time vs
+    devices used (num_devices, num_devices/2, ...), and step time vs energy per step.
+    ``progress(done, total)`` counts the plans
     the memory front considers, then one more for each device count's search."""
-    job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
+    job = search_job(model, cluster, num_devices, plan, space, task, profile, **plan_fields)
     if isinstance(job[0], DLRMModel) or job[5].kind == "inference":
         raise MeshplanError("--pareto", True, "Pareto fronts are drawn for transformer training searches")
     counts = len(device_counts(num_devices))
@@ -216,6 +228,7 @@ def pareto(model, cluster, num_devices, plan=None, space=None, task=None, progre
     return {
         "memory": memory_front(*job, progress=memory_progress if progress else None),
         "devices": devices_front(*job, progress=devices_progress if progress else None),
+        "energy": energy_front(*job),
     }
 
 
@@ -232,19 +245,25 @@ def search(
     executor: str = "serial",
     workers: int | None = None,
     store: str | None = None,
+    profile: str | Path | Profile | dict | None = None,
+    objective: str = "time",
     **plan_fields,
 ) -> SearchResult:
-    """The ``top`` fastest plans that fit, exactly. ``plan`` holds what is not searched (global
-    batch, seq_len, precision); ``space`` narrows or widens the knobs searched::
+    """The ``top`` best plans that fit by ``objective`` (time, energy, edp or cost), exactly.
+    ``plan`` holds what is not searched (global batch, seq_len, precision); ``space`` narrows or
+    widens the knobs searched::
 
         meshplan.search("llama3-70b", "dgx-h100", 512, global_batch_size=1024, seq_len=8192)
 
     ``executor`` is serial, local (worker processes) or ray; ``store`` is a folder that keeps
-    every evaluated plan as Parquet and lets an interrupted search resume.
+    every evaluated plan as Parquet and lets an interrupted search resume; ``profile`` a
+    measured profile (``meshplan calibrate``) used instead of the device's catalog profile.
     """
     _check_search_options(top, executor, workers)
-    job = search_job(model, cluster, num_devices, plan, space, task, **plan_fields)
+    job = search_job(model, cluster, num_devices, plan, space, task, profile, **plan_fields)
     resolved_model, resolved_cluster, _, base, resolved_space, resolved_task = job
+    if objective != "time" and (isinstance(resolved_model, DLRMModel) or resolved_task.kind == "inference"):
+        raise MeshplanError("--objective", objective, "time: DLRM and serving searches rank by time")
     if isinstance(resolved_model, DLRMModel):  # per-layer-kind strategies (MAD Max Sec. 2.2)
         result = search_strategies(resolved_model, resolved_cluster, num_devices, base, top, resolved_task)
         if not result.top:
@@ -270,7 +289,7 @@ def search(
     try:
         result = run_search(
             resolved_model, resolved_cluster, num_devices, base, resolved_space, top, resolved_task,
-            progress, reference, None if executor == "serial" else pool, plan_store,
+            progress, reference, None if executor == "serial" else pool, plan_store, objective=objective,
         )
     finally:
         pool.shutdown(wait=False, cancel_futures=True)

@@ -77,7 +77,10 @@ def estimate(
     recompute: Optional[str] = typer.Option(None, help="Activation recompute: none, selective or full."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
-    train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time and GPU-hours."),
+    train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time, GPU-hours, energy and cost."),
+    pue: Optional[float] = typer.Option(None, help="Power usage effectiveness of the data center (default 1.0: IT energy)."),
+    grid_carbon: Optional[float] = typer.Option(None, help="Grid carbon intensity, kg CO2e per kWh, for the emissions of training."),
+    price: Optional[float] = typer.Option(None, help="Price per device-hour, for the cost of training."),
     strategy: Optional[str] = typer.Option(None, help="Per-layer-kind strategy, innermost network level first (MAD Max), e.g. 'embedding=(mp) dense=(tp,ddp)' for a DLRM or 'transformer=(tp,ddp)' for an LLM."),
     task_kind: Optional[str] = typer.Option(None, "--task", help="pretrain, finetune or inference."),
     frozen_layers: Optional[int] = typer.Option(None, help="Finetune: leading decoder layers kept frozen."),
@@ -88,6 +91,7 @@ def estimate(
     set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. plan.tp=4 (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
     trace: Optional[Path] = typer.Option(None, help="Write a Chrome/Perfetto trace of the step here."),
+    profile: Optional[Path] = typer.Option(None, help="A measured profile (the profile.yaml of meshplan calibrate) instead of the device's catalog profile."),
 ):
     """Predict one training step: time, throughput, MFU, memory and where the time goes."""
     from meshplan import api
@@ -102,13 +106,15 @@ def estimate(
     plan.update({k: v for k, v in plan_flags.items() if v is not None})
     task = _section(cfg, "task")
     task_flags = {"train_tokens": train_tokens, "kind": task_kind, "frozen_layers": frozen_layers,
-                  "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
+                  "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len, "pue": pue,
+                  "grid_kg_co2e_per_kwh": grid_carbon, "price_per_device_hour": price}
     task.update({k: v for k, v in task_flags.items() if v is not None})
     _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices,
                                  **{f"plan.{field}": flags[flag] for flag, field in _PLAN_FLAGS.items()},
                                  **{f"task.{field}": value for field, value in task_flags.items()}})
     model_ref, cluster_ref = _model_and_cluster(cfg, model, cluster)
-    scenario = api.scenario(model_ref, cluster_ref, plan, devices if devices is not None else cfg.get("devices"), task)
+    scenario = api.scenario(model_ref, cluster_ref, plan, devices if devices is not None else cfg.get("devices"), task,
+                            str(profile) if profile else None)
     result = api.estimate_scenario(scenario)
     from meshplan.timeline.estimate import DLRMEstimate
     from meshplan.units import format_bytes
@@ -160,26 +166,26 @@ def search(
     seq_len: Optional[int] = typer.Option(None, help="Tokens per sequence (default: the model's)."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     top: int = typer.Option(10, help="How many of the best plans to show."),
-    objective: str = typer.Option("time", help="What to minimize: time (step time)."),
+    objective: str = typer.Option("time", help="What to minimize per step: time, energy, edp (energy x time) or cost (needs --price)."),
+    price: Optional[float] = typer.Option(None, help="Price per device-hour, for --objective cost."),
     executor: str = typer.Option("local", help="serial, local (worker processes) or ray."),
     workers: Optional[int] = typer.Option(None, help="Worker processes for --executor local (default: all cores)."),
     store: Optional[Path] = typer.Option(None, help="Keep every evaluated plan here as Parquet; resume from it."),
     config: Optional[Path] = typer.Option(None, help="Run config (YAML or JSON) with an optional space: block."),
     set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. space.tp=[1,2,4,8] (repeatable)."),
-    pareto: bool = typer.Option(False, "--pareto", help="Also show the exact Pareto fronts (time vs memory, time vs devices)."),
+    pareto: bool = typer.Option(False, "--pareto", help="Also show the exact Pareto fronts (time vs memory, vs devices, vs energy)."),
     task_kind: Optional[str] = typer.Option(None, "--task", help="pretrain, finetune or inference (ranks tp x pp by time per output token)."),
     batch: Optional[int] = typer.Option(None, help="Inference: sequences served at once."),
     prompt_len: Optional[int] = typer.Option(None, help="Inference: prompt tokens per sequence."),
     output_len: Optional[int] = typer.Option(None, help="Inference: generated tokens per sequence."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    profile: Optional[Path] = typer.Option(None, help="A measured profile (the profile.yaml of meshplan calibrate) instead of the device's catalog profile."),
 ):
     """Find the fastest plans of a space that fit in memory (exact, with a lower-bound screen)."""
     from meshplan import api
     from meshplan.config import apply_override, load_config
     from meshplan.explore.pareto import why_slower
 
-    if objective != "time":
-        raise MeshplanError("--objective", objective, "one of: time")
     cfg = load_config(str(config) if config else None)
     for assignment in set_:
         cfg = apply_override(cfg, assignment)
@@ -191,7 +197,8 @@ def search(
     if num_devices is None:
         raise MeshplanError("devices", None, "give --devices N or devices: in --config")
     task = _section(cfg, "task")
-    task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len}
+    task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len,
+                  "price_per_device_hour": price}
     task.update({k: v for k, v in task_flags.items() if v is not None})
     _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices, "plan.global_batch_size": global_batch,
                                  "plan.seq_len": seq_len, "plan.precision": precision,
@@ -203,13 +210,15 @@ def search(
         result = api.search(
             model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), top, task,
             progress=report, executor=executor, workers=workers, store=str(store) if store else None,
+            profile=str(profile) if profile else None, objective=objective,
         )
     fronts = None
     if pareto:
         with _progress("Pareto fronts") as report:
-            fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), task, progress=report)
+            fronts = api.pareto(model_ref, cluster_ref, num_devices, plan, _section(cfg, "space"), task, progress=report,
+                                profile=str(profile) if profile else None)
     dlrm = bool(result.top) and "strategy" in result.top[0]
-    runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not (serving or dlrm) else None
+    runner_up = why_slower(result.top[0], result.top[1]) if len(result.top) > 1 and not (serving or dlrm) and objective == "time" else None
     summary = (
         f"{result.space_size} points in the space, {result.candidates} valid plans, {result.evaluated} evaluated "
         f"exactly ({result.infeasible_memory} do not fit, {result.reused} reused from the store), {result.wall_s:.2f} s"
@@ -224,12 +233,14 @@ def search(
         from meshplan.report import dlrm_search_table, front_table, runner_up_line, search_table, serving_table
 
         console = _console()
-        console.print(serving_table(result) if serving else dlrm_search_table(result) if dlrm else search_table(result))
+        console.print(serving_table(result) if serving else dlrm_search_table(result) if dlrm else search_table(result, objective))
         if runner_up:
             console.print(runner_up_line(runner_up))
         if fronts:
             console.print(front_table("Pareto front: step time vs memory per device", fronts["memory"]))
             console.print(front_table("Pareto front: step time vs devices used", fronts["devices"]))
+            if fronts["energy"]:
+                console.print(front_table("Pareto front: step time vs energy per step", fronts["energy"]))
     _console(stderr=True).print(summary)
 
 
@@ -329,13 +340,14 @@ def _section(cfg: dict, key: str) -> dict:
 def validate(
     file: Path = typer.Argument(..., help="Validation cases (shared/validation/SCHEMA.md format)."),
     as_json: bool = typer.Option(False, "--json", help="Print one object per case as JSON."),
+    profile: Optional[Path] = typer.Option(None, help="A measured profile (meshplan calibrate) for the cases on its device."),
 ):
     """Compare predicted step times with published, measured runs."""
     from meshplan.io.validation_cases import summarize
     from meshplan.io.validation_cases import validate as run
 
     with _progress("predicting cases") as report:
-        results = run(file, progress=report)
+        results = run(file, progress=report, profile=str(profile) if profile else None)
     if as_json:
         typer.echo(json.dumps([r.as_dict() for r in results], indent=2))
         return
@@ -343,6 +355,92 @@ def validate(
 
     for table in validation_tables(results, summarize(results)):
         _console().print(table)
+
+
+@app.command()
+def calibrate(
+    out: Path = typer.Option(Path("calibration"), help="Folder for the measured CSVs, env.json and profile.yaml; a rerun resumes it."),
+    model: Optional[str] = typer.Option(None, help="Catalog model id or HuggingFace config.json whose per-rank GEMM and attention shapes to measure."),
+    tp: str = typer.Option("1,2,4,8", help="Tensor-parallel degrees of the model's shapes, comma-separated."),
+    device: Optional[str] = typer.Option(None, help="Catalog device the profile is fitted for (default: this GPU, matched by name)."),
+    on: str = typer.Option("auto", help="Measure on auto (a GPU if there is one), cuda or cpu."),
+    quick: bool = typer.Option(False, "--quick", help="Tiny sizes and few repeats: seconds on a CPU (a smoke test, not a calibration)."),
+    fit_only: bool = typer.Option(False, "--fit-only", help="Measure nothing: fit the CSVs already in --out."),
+    profile_out: Optional[Path] = typer.Option(None, help="Where to write the profile (default: OUT/profile.yaml)."),
+):
+    """Measure GEMMs, attention and memory ops here (under torchrun: collectives) and fit a profile."""
+    from meshplan.calibrate import collectives, require_torch
+    from meshplan.calibrate.run import Request, catalog_device, measure_collectives, measure_kernels, write_profile
+    from meshplan.calibrate.shapes import FULL, QUICK, valid_tps
+
+    if on not in ("auto", "cuda", "cpu"):
+        raise MeshplanError("--on", on, "one of auto, cuda, cpu")
+    degrees = _degrees(tp)
+    resolved = None
+    if model is not None:
+        from meshplan.api import resolve_model
+        from meshplan.specs.model import TransformerModel
+
+        resolved = resolve_model(model)
+        if not isinstance(resolved, TransformerModel):
+            raise MeshplanError("--model", model, "a transformer model (DLRM shapes are not calibrated yet)")
+        degrees = valid_tps(resolved, degrees)
+        if not degrees:
+            raise MeshplanError("--tp", tp, f"degrees that divide {resolved.id}'s heads and FFN width")
+    fit_device = catalog_device(device, on)
+    if not fit_only:
+        require_torch()  # before anything is written
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise MeshplanError("--out", str(out), f"a folder that can be created ({err.strerror or err})") from None
+    request = Request(out, resolved, degrees[-1:] if quick else degrees, QUICK if quick else FULL, on)
+    writer, notes = True, []
+    if collectives.launched() and not fit_only:
+        with _progress("measuring collectives") as report:
+            notes, writer = measure_collectives(request, report)
+    elif not fit_only:
+        with _progress("measuring kernels") as report:
+            notes = measure_kernels(request, report)
+    err = _console(stderr=True)
+    if not writer:
+        return
+    for note in notes:
+        err.print(f"note: {note}", soft_wrap=True)
+    if not (out / "gemm_bf16.csv").exists():
+        err.print(f"note: no kernels in {out} yet: run `meshplan calibrate --out {out}` without torchrun to measure them, then fit")
+        return
+    target = profile_out or out / "profile.yaml"
+    fitted = write_profile(out, fit_device, target)
+    fit = fitted["fit"]
+    err.print(f"profile for {fit_device.id} written to {target}: matmul e_max {fit['matmul']['e_max']:.3f}, "
+              f"attention e_max {fit['attention']['e_max']:.3f}, memory {fit['memory']['memory']:.3f} of peak "
+              f"(use it with --profile {target})", soft_wrap=True)
+
+
+def _degrees(text: str) -> tuple[int, ...]:
+    try:
+        degrees = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        degrees = ()
+    if not degrees or min(degrees) < 1:
+        raise MeshplanError("--tp", text, "positive integers separated by commas, e.g. 1,2,4,8")
+    return degrees
+
+
+@app.command()
+def report(
+    input_: Path = typer.Argument(..., metavar="INPUT", help="A search --store folder, or an estimate, search or validate --json file."),
+    out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write; with --format png/svg/pdf, a folder (one file per figure)."),
+    fmt: str = typer.Option("html", "--format", help="html (one self-contained page), png, svg or pdf."),
+    trace: Optional[Path] = typer.Option(None, help="A trace from meshplan estimate --trace: adds the per-device timeline."),
+    top: int = typer.Option(10, help="How many of the best plans a search report shows."),
+):
+    """Draw stored results: breakdowns, memory, Pareto fronts, the timeline, validation errors."""
+    from meshplan.plots import write_report
+
+    written = write_report(input_, out, fmt, trace, top)
+    _console(stderr=True).print(f"report written to {out}" + (f" ({len(written)} files)" if fmt != "html" else ""))
 
 
 @catalog_app.command("list")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from meshplan.timeline.estimate import DLRMEstimate, Estimate
-from meshplan.units import format_bytes, format_devices, format_seconds
+from meshplan.units import format_bytes, format_devices, format_energy, format_seconds
 
 
 def estimate_table(e: Estimate) -> Table:
@@ -60,7 +60,34 @@ def estimate_groups(e: Estimate) -> dict[str, list[tuple[str, str]]]:
         ("memory per device", f"{format_bytes(e.memory.total_bytes)} of {format_bytes(e.memory.capacity_bytes)}" + ("" if e.fits else "  DOES NOT FIT")),
         *((f"  {_memory_name(name)}", format_bytes(v)) for name, v in e.memory.as_dict().items() if name not in ("capacity_bytes", "total_bytes") and v > 0),
     ]
-    return {"time": time_rows, "work": work_rows, "memory": memory_rows}
+    groups = {"time": time_rows, "work": work_rows, "memory": memory_rows}
+    if e.energy is not None:
+        groups["energy"] = energy_rows(e)
+    return groups
+
+
+def energy_rows(e, step: str = "step") -> list[tuple[str, str]]:
+    """Energy per step by component, device power against the TDP, and the footprint of the
+    training run when the task names its tokens."""
+    en = e.energy
+    rows = [
+        (f"energy per {step}", format_energy(en.total_j)),
+        ("  compute", format_energy(en.compute_j)),
+        ("  HBM traffic", format_energy(en.memory_j)),
+        *((f"  links {level}", format_energy(j)) for level, j in en.links_j.items() if j > 0),
+        ("  idle power", format_energy(en.static_j)),
+        ("power per device (average / busiest)", f"{en.average_device_w:,.0f} W / {en.peak_device_w:,.0f} W of {en.tdp_w:,.0f} W"),
+    ]
+    if getattr(e, "train_tokens", None):
+        pue = e.footprint.get("pue", 1.0)
+        rows.append((f"energy to train {e.train_tokens:.3g} tokens", f"{format_energy(e.energy_to_train_j(e.train_tokens))} (PUE {pue:g})"))
+        co2e = e.co2e_to_train_kg(e.train_tokens)
+        if co2e is not None:
+            rows.append(("  emissions", f"{co2e / 1000:,.1f} t CO2e"))
+        cost = e.cost_to_train(e.train_tokens)
+        if cost is not None:
+            rows.append(("  cost", f"{cost:,.0f} (device-hours x price)"))
+    return rows
 
 
 def _memory_name(field: str) -> str:
@@ -116,7 +143,16 @@ def inference_table(e) -> Table:
         ("  KV cache", format_bytes(e.memory.kv_cache_bytes)),
         ("  activations", format_bytes(e.memory.activations_bytes)),
     ]
-    return metric_table(title, {"time": rows, "memory": memory_rows})
+    groups = {"time": rows, "memory": memory_rows}
+    if e.energy_per_output_token_j is not None:
+        groups["energy"] = [
+            ("energy per output token", format_energy(e.energy_per_output_token_j)),
+            ("energy per request batch", format_energy(e.energy_per_request_j)),
+            ("  prefill", format_energy(e.prefill_energy.total_j)),
+            ("  one decode step", format_energy(e.decode_energy.total_j)),
+            ("power per device in decode (average)", f"{e.decode_energy.average_device_w:,.0f} W of {e.decode_energy.tdp_w:,.0f} W"),
+        ]
+    return metric_table(title, groups)
 
 
 def validation_tables(results, summary) -> list[Table]:
@@ -154,11 +190,13 @@ _PLAN_HEAD = ("tp", "pp", "dp", "cp", "mb", "vpp", "recompute", "zero", "sp")
 
 
 def front_table(title: str, rows: list[dict]) -> Table:
+    energy = any(r.get("energy_j") is not None for r in rows)
     table = Table(title=title, header_style="bold")
-    for col in ("devices", *_PLAN_HEAD, "step", "memory"):
+    for col in ("devices", *_PLAN_HEAD, "step", "memory", *(("energy/step",) if energy else ())):
         table.add_column(col, justify="left" if col == "recompute" else "right")
     for r in rows:
-        table.add_row(str(r["num_devices"]), *_plan_cells(r), format_seconds(r["step_time_s"]), format_bytes(r["memory_bytes"]))
+        cells = [str(r["num_devices"]), *_plan_cells(r), format_seconds(r["step_time_s"]), format_bytes(r["memory_bytes"])]
+        table.add_row(*cells, *((format_energy(r["energy_j"]),) if energy else ()))
     return table
 
 
@@ -170,15 +208,21 @@ def runner_up_line(why: dict) -> str:
     return f"runner-up ({changed}) is {format_seconds(why['slower_by_s'])} slower: {parts}"
 
 
-def search_table(result) -> Table:
-    table = Table(title=f"Best {len(result.top)} plans (of {result.candidates} valid)", header_style="bold")
-    for col in ("rank", *_PLAN_HEAD, "step", "tokens/s", "MFU", "memory"):
+def search_table(result, objective: str = "time") -> Table:
+    energy = any(r.get("energy_j") is not None for r in result.top)
+    by = "" if objective == "time" else f" by {objective}"
+    table = Table(title=f"Best {len(result.top)} plans{by} (of {result.candidates} valid)", header_style="bold")
+    for col in ("rank", *_PLAN_HEAD, "step", "tokens/s", "MFU", "memory", *(("energy/step", "W/device") if energy else ()),
+                *(("cost/step",) if objective == "cost" else ())):
         table.add_column(col, justify="left" if col == "recompute" else "right")
     for rank, r in enumerate(result.top, start=1):
-        table.add_row(
-            str(rank), *_plan_cells(r), format_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
-            f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"]),
-        )
+        cells = [str(rank), *_plan_cells(r), format_seconds(r["step_time_s"]), f"{r['tokens_per_s']:,.0f}",
+                 f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"])]
+        if energy:
+            cells += [format_energy(r["energy_j"]), f"{r['average_device_w']:,.0f}"]
+        if objective == "cost":
+            cells.append(f"{r['cost_per_step']:,.4g}")
+        table.add_row(*cells)
     return table
 
 
@@ -220,7 +264,10 @@ def dlrm_groups(e: DLRMEstimate) -> dict[str, list[tuple[str, str]]]:
         *((f"  {name.removesuffix('_bytes').replace('_', ' ').replace('optimizer', 'optimizer state')}", format_bytes(v))
           for name, v in e.memory.as_dict().items() if name not in ("capacity_bytes", "total_bytes") and v > 0),
     ]
-    return {"time": time_rows, "work": work_rows, "memory": memory_rows}
+    groups = {"time": time_rows, "work": work_rows, "memory": memory_rows}
+    if e.energy is not None:
+        groups["energy"] = energy_rows(e, "iteration")
+    return groups
 
 
 def serving_table(result) -> Table:

@@ -126,3 +126,14 @@ def format_seconds(t: float) -> str:
     if t == 0.0:
         return "0 s"
     return f"{t * 1e9:.3g} ns"
+
+
+def format_energy(joules: float) -> str:
+    """'12.3 kJ', '4.56 MWh': joules up to MJ, then watt-hours (how training energy is reported)."""
+    if abs(joules) >= 3.6e9:
+        mwh = joules / 3.6e9
+        return f"{mwh:,.0f} MWh" if abs(mwh) >= 100 else f"{mwh:.3g} MWh"
+    for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
+        if abs(joules) >= scale:
+            return f"{joules / scale:.3g} {unit}"
+    return f"{joules:.3g} J"

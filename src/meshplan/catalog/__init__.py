@@ -5,6 +5,7 @@ Every number in these files names its public source in a ``sources`` mapping nex
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from importlib import resources
 
@@ -14,6 +15,7 @@ from meshplan.errors import MeshplanError, unknown_id
 from meshplan.specs import Cluster, Device, Efficiency, TransformerModel
 from meshplan.specs.base import build
 from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.profile import INLINE_PROFILE
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -43,6 +45,9 @@ def dlrm_model_ids() -> list[str]:
 
 @cache
 def efficiency(profile: str) -> Efficiency:
+    """A profile of efficiency.yaml, or one a measured profile put inline (specs/profile.py)."""
+    if profile.startswith(INLINE_PROFILE):
+        return build(Efficiency, json.loads(profile.removeprefix(INLINE_PROFILE)), "profile.efficiency")
     raw = _raw("efficiency")
     if profile not in raw:
         raise unknown_id("device.efficiency", profile, raw)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from meshplan import catalog
 from meshplan.costs.collectives import collective_s
 from meshplan.costs.compute import Roofline
+from meshplan.costs.power import capped_scale, dynamic_energy_j, op_work
+from meshplan.errors import MeshplanError
 from meshplan.parallel.program import Comm, Program, ShardedOp
 
 #: the reverse of each collective in backward (all-gather's gradient is a reduce-scatter)
@@ -100,8 +102,39 @@ class KindTimes:
     cp_exposed_backward_s: float
 
 
-def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool) -> KindTimes:
+def _work_j(ops: tuple[ShardedOp, ...], power, precision: str, element_bytes: float, rerun: tuple[str, ...] = ()) -> float:
+    """Dynamic energy of the forward and backward of ``ops``: three times each forward's work
+    (backward doubles the forward, COMET Table 1), and once more for the ops ``rerun`` in
+    backward (recompute)."""
+    flop: dict[str, float] = {}
+    traffic = 0.0
+    for op in ops:
+        work = op_work(op, precision, element_bytes)
+        times = 4.0 if op.op.name in rerun else 3.0
+        flop[work.precision] = flop.get(work.precision, 0.0) + times * work.flop
+        traffic += times * work.hbm_bytes
+    return dynamic_energy_j(power, flop, traffic)
+
+
+def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Roofline, power, tdp_w: float,
+                 precision: str, element_bytes: float, rerun: tuple[str, ...] = ()) -> dict[str, OpTimes]:
+    """``times`` stretched as the power cap stretches them (meshplan.costs.power): ``ops``'
+    forward and backward (and the forward of those ``rerun`` by recompute) together draw their
+    dynamic energy over their time. One factor for all, so the capped total is max(time,
+    energy / headroom): never longer on a faster device."""
+    if power is None or not power.cap_clocks:
+        return times
+    busy = sum(t.forward_s + t.backward_s for t in times.values()) + sum(times[name].forward_s for name in rerun)
+    scale = capped_scale(power, tdp_w, _work_j(ops, power, precision, element_bytes, rerun), busy)
+    if scale == 1.0:
+        return times
+    return {name: OpTimes(t.forward_s * scale, t.backward_s * scale, t.weight_s * scale) for name, t in times.items()}
+
+
+def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None) -> KindTimes:
     ops = {op.op.name: op_times(op, roof, element_bytes) for op in kind.ops}
+    if cap is not None:
+        ops = cap(ops, kind.ops, kind.recompute_ops)
     tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
@@ -130,13 +163,20 @@ def cost_program(program: Program) -> CostedProgram:
     roof = Roofline.of(device, efficiency, s.plan.precision)
     eb = program.element_bytes
     full = s.plan.recompute == "full"
-    kinds = {name: _kind_times(kind, roof, eb, full) for name, kind in program.kinds.items()}
+    power = efficiency.power
+    if power is not None and device.tdp_w <= power.idle_w:
+        raise MeshplanError("device.tdp_w", device.tdp_w, f"more than the {device.efficiency} profile's idle power ({power.idle_w} W)")
+
+    def cap(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], rerun: tuple[str, ...] = ()) -> dict[str, OpTimes]:
+        return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb, rerun)
+
+    kinds = {name: _kind_times(kind, roof, eb, full, cap) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
 
     roles = []
     for role in program.roles:
-        edge_ops = {op.op.name: op_times(op, roof, eb) for op in (*role.head, *role.tail)}
+        edge_ops = cap({op.op.name: op_times(op, roof, eb) for op in (*role.head, *role.tail)}, (*role.head, *role.tail))
         edge = list(edge_ops.values())
         edge_comm = sum(comm_s(c) for c in (*role.head_comms, *role.tail_comms))
         edge_comm_bwd = sum(comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))

@@ -13,6 +13,12 @@ fewest-layer stage. So
 
 holds for every plan; search evaluates exactly only the plans whose bound can beat the best.
 Finetuning (frozen layers run no backward) keeps the flop bound at the best efficiency.
+
+Energy (meshplan.costs.energy) has a bound of the same kind: every device idles through at least
+the time bound and does at least the work of the fewest-layer stage's layers of the cheapest
+layer kind (forward, backward, recompute; forward only when finetuning), so
+
+    energy >= N · (idle_w · step_bound + m · min_s(L_s) · layer_j).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import numpy as np
 from meshplan import catalog
 from meshplan.costs.compute import Roofline
 from meshplan.costs.costed import op_times
+from meshplan.costs.power import dynamic_energy_j, op_work
 from meshplan.parallel.program import shard_op
 from meshplan.specs import Scenario
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
@@ -87,3 +94,44 @@ def _flop_layer_s(s: Scenario, best: float) -> float:
     recompute = forward if p.recompute == "full" else attention if p.recompute == "selective" and not p.flash_attention else 0.0
     flop = p.micro_batch_size * (3.0 * forward + recompute) / (p.tp * p.cp)
     return flop / (s.cluster.device.peak(p.precision) * best)
+
+
+def energy_lower_bounds(scenarios: list[Scenario], time_bounds: np.ndarray) -> np.ndarray | None:
+    """Lower bound on the energy of a step, all devices, for each scenario; None when the
+    device's profile has no power model."""
+    if not scenarios:
+        return np.zeros(0)
+    power = catalog.efficiency(scenarios[0].cluster.device.efficiency).power
+    if power is None:
+        return None
+    per_shape: dict[tuple, float] = {}
+    out = []
+    for s, bound_s in zip(scenarios, time_bounds):
+        p = s.plan
+        key = (p.tp, p.cp, p.sequence_parallel, p.expert_tp, p.micro_batch_size, s.seq_len, p.precision,
+               p.flash_attention, p.recompute, s.task.kind)
+        if key not in per_shape:
+            per_shape[key] = _layer_j(s, power)
+        dynamic = s.num_micro_batches * min(s.stage_layers) * per_shape[key]
+        out.append(s.num_devices * (power.idle_w * bound_s + dynamic))
+    return np.array(out)
+
+
+def _layer_j(s: Scenario, power) -> float:
+    """Dynamic energy of the cheapest layer kind on one device, one micro-batch."""
+    p = s.plan
+    element = BYTES_PER_ELEMENT[p.precision]
+    sp = p.sequence_parallel and p.tp > 1
+    blocks = lower(s.model, p.micro_batch_size, s.seq_len, activation_bytes(p.precision), p.flash_attention).blocks
+    cheapest = float("inf")
+    for block in blocks:
+        flop: dict[str, float] = {}
+        traffic = 0.0
+        for op in block.ops:
+            work = op_work(shard_op(op, p.tp, p.cp, sp, p.expert_tp), p.precision, element)
+            rerun = p.recompute == "full" or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
+            times = 1.0 if s.task.kind == "finetune" else 3.0 + rerun
+            flop[work.precision] = flop.get(work.precision, 0.0) + times * work.flop
+            traffic += times * work.hbm_bytes
+        cheapest = min(cheapest, dynamic_energy_j(power, flop, traffic))
+    return cheapest

@@ -1,6 +1,6 @@
 """Trade-offs around the best plan: Pareto fronts and why the runner-up loses.
 
-Both fronts are exact. Step time vs memory: plans are taken in order of memory per device
+The fronts are exact. Step time vs energy per step: see ``energy_front``. Step time vs memory: plans are taken in order of memory per device
 (cheap: no costing), and a plan can join the front only if it is faster than every plan that
 needs less memory; its lower bound screens out most plans before any costing. Step time vs
 devices: the best plan at each device count from the full count down by halves.
@@ -14,7 +14,7 @@ import numpy as np
 
 from meshplan.costs.costed import cost_program
 from meshplan.errors import MeshplanError
-from meshplan.explore.bound import lower_bounds
+from meshplan.explore.bound import energy_lower_bounds, lower_bounds
 from meshplan.explore.search import PLAN_COLUMNS, plan_row, search
 from meshplan.explore.space import SearchSpace, expand
 from meshplan.parallel.program import build_program
@@ -50,6 +50,38 @@ def memory_front(model, cluster, num_devices, base, space: SearchSpace | None = 
             fastest = row["step_time_s"]
             if front and front[-1]["memory_bytes"] == row["memory_bytes"]:
                 front.pop()  # same memory, now faster
+            front.append(row)
+    return front
+
+
+def energy_front(model, cluster, num_devices, base, space: SearchSpace | None = None, task=None,
+                 progress: Progress | None = None) -> list[dict]:
+    """Plans that fit and that no other plan beats on both step time and energy per step,
+    fastest first (empty when the device has no power model).
+
+    Exact: plans are taken in order of their time bound; one whose time and energy bounds are
+    both no better than an evaluated plan's exact values is dominated, and is skipped unevaluated.
+    """
+    scenarios = expand(space or SearchSpace(), model, cluster, num_devices, base, task).scenarios
+    time_bounds = lower_bounds(scenarios)
+    energy_bounds = energy_lower_bounds(scenarios, time_bounds)
+    if energy_bounds is None:
+        return []
+    evaluated: list[dict] = []
+    order = np.lexsort((energy_bounds, time_bounds))
+    for position, index in enumerate(order, start=1):
+        if progress:
+            progress(position, len(order))
+        if any(r["step_time_s"] <= time_bounds[index] and r["energy_j"] <= energy_bounds[index] for r in evaluated):
+            continue
+        program = build_program(scenarios[index])
+        if not all(role.memory.fits for role in program.roles):
+            continue
+        evaluated.append(plan_row(step_estimate(cost_program(program))))
+    front, least = [], np.inf
+    for row in sorted(evaluated, key=lambda r: (r["step_time_s"], r["energy_j"])):
+        if row["energy_j"] < least:
+            least = row["energy_j"]
             front.append(row)
     return front
 

@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from meshplan import catalog
 from meshplan.costs.costed import cost_program
 from meshplan.errors import MeshplanError
+from meshplan.explore import objectives
 from meshplan.explore.bound import lower_bounds
 from meshplan.explore.space import SearchSpace, expand, strategy_space
 from meshplan.explore.store import PlanStore
@@ -43,7 +45,7 @@ PLAN_COLUMNS = (
 ROW_COLUMNS = (
     *PLAN_COLUMNS, "num_devices", "global_batch_size", "seq_len", "step_time_s", "tokens_per_s", "mfu",
     "memory_bytes", "fits", "compute_s", "bubble_s", "optimizer_s", "exposed_tp_s", "exposed_cp_s", "exposed_ep_s",
-    "exposed_pp_s", "exposed_dp_s",
+    "exposed_pp_s", "exposed_dp_s", "energy_j", "average_device_w",
 )
 
 
@@ -53,7 +55,8 @@ ROW_TYPES = {
                      "num_devices", "global_batch_size", "seq_len"), "int64"),
     "schedule": "string", "recompute": "string", "sequence_parallel": "bool", "fits": "bool",
     **dict.fromkeys(("step_time_s", "tokens_per_s", "mfu", "memory_bytes", "compute_s", "bubble_s", "optimizer_s",
-                     "exposed_tp_s", "exposed_cp_s", "exposed_ep_s", "exposed_pp_s", "exposed_dp_s"), "float64"),
+                     "exposed_tp_s", "exposed_cp_s", "exposed_ep_s", "exposed_pp_s", "exposed_dp_s", "energy_j",
+                     "average_device_w"), "float64"),
 }
 
 
@@ -75,6 +78,8 @@ def plan_row(estimate: Estimate) -> dict:
         bubble_s=b.bubble_s,
         optimizer_s=b.optimizer_s,
         **{f"exposed_{axis}_s": t for axis, t in b.exposed_comm_s.items()},
+        energy_j=estimate.energy.total_j if estimate.energy else None,
+        average_device_w=estimate.energy.average_device_w if estimate.energy else None,
     )
     return row
 
@@ -104,6 +109,12 @@ class SearchResult:
         except ImportError:
             raise MeshplanError("to_arrow", "pyarrow", "install the store extra: pip install 'meshplan[store]'") from None
         return pa.Table.from_pylist(rows if rows is not None else self.top)
+
+    def _repr_html_(self) -> str:
+        """The fastest plans and where their time goes, in notebooks (meshplan.plots.notebook)."""
+        from meshplan.plots.notebook import search_html
+
+        return search_html(self)
 
     def to_pandas(self):
         try:
@@ -193,8 +204,10 @@ def search(
     executor: Executor | None = None,
     store: PlanStore | None = None,
     chunk: int = 64,
+    objective: str = "time",
 ) -> SearchResult:
-    """The ``top_k`` fastest plans of ``space`` that fit in memory, exactly.
+    """The ``top_k`` best plans of ``space`` by ``objective`` (meshplan.explore.objectives:
+    time, energy, edp or cost per step) that fit in memory, exactly.
 
     ``reference`` (plan knobs, e.g. a published plan) is ranked among all plans that fit: the
     search then also evaluates every plan whose bound is below the reference's step time.
@@ -204,12 +217,16 @@ def search(
     if top_k < 1:
         raise MeshplanError("top", top_k, "must be at least 1")
     start = time.perf_counter()
+    objectives.check(objective, task, catalog.efficiency(cluster.device.efficiency).power is not None)
+    price = task.price_per_device_hour if task is not None else None
     candidates = expand(space or SearchSpace(), model, cluster, num_devices, base, task)
     scenarios = candidates.scenarios
-    bounds = lower_bounds(scenarios)
+    bounds = objectives.bounds(scenarios, lower_bounds(scenarios), objective, price)
     order = [int(i) for i in np.argsort(bounds, kind="stable")]
     reference_row = _reference_row(reference, model, cluster, num_devices, base, task)
-    reference_s = reference_row["step_time_s"] if reference_row and reference_row["fits"] else -np.inf
+    if reference_row:
+        reference_row = objectives.annotate(reference_row, objective, price)
+    reference_s = objectives.value(reference_row, objective, price) if reference_row and reference_row["fits"] else -np.inf
     known = {plan_key(row): row for row in store.load()} if store else {}
     workers = getattr(executor, "_max_workers", 1) or 1
 
@@ -217,10 +234,11 @@ def search(
     rows: list[dict] = []
 
     def take(index: int, row: dict) -> None:
+        row = objectives.annotate(row, objective, price)
         rows.append(row)
         if not row["fits"]:
             return
-        item = (-row["step_time_s"], -index, row)
+        item = (-objectives.value(row, objective, price), -index, row)
         if len(best) < top_k:
             heapq.heappush(best, item)
         elif item > best[0]:
@@ -262,7 +280,7 @@ def search(
     feasible = [r for r in rows if r["fits"]]
     reference_rank = None
     if reference_row and reference_row["fits"]:
-        reference_rank = 1 + sum(r["step_time_s"] < reference_s for r in feasible)
+        reference_rank = 1 + sum(objectives.value(r, objective, price) < reference_s for r in feasible)
     infeasible = [r for r in rows if not r["fits"]]
     return SearchResult(
         top=top,
@@ -295,13 +313,14 @@ def _reference_row(reference, model, cluster, num_devices, base, task) -> dict |
     return plan_row(step_estimate(cost_program(build_program(scenario))))
 
 
-def brute_force(model, cluster, num_devices, base, space=None, task=None) -> list[dict]:
-    """Every valid plan evaluated exactly, fastest first (for tests and small spaces)."""
+def brute_force(model, cluster, num_devices, base, space=None, task=None, objective: str = "time") -> list[dict]:
+    """Every valid plan evaluated exactly, best first by ``objective`` (for tests and small spaces)."""
     from meshplan.api import estimate_scenario
 
+    price = task.price_per_device_hour if task is not None else None
     candidates = expand(space or SearchSpace(), model, cluster, num_devices, base, task)
-    rows = [plan_row(estimate_scenario(s)) for s in candidates.scenarios]
-    return sorted((r for r in rows if r["fits"]), key=lambda r: r["step_time_s"])
+    rows = [objectives.annotate(plan_row(estimate_scenario(s)), objective, price) for s in candidates.scenarios]
+    return sorted((r for r in rows if r["fits"]), key=lambda r: objectives.value(r, objective, price))
 
 
 def rank_of(rows_sorted: list[dict], plan: dict) -> int | None:

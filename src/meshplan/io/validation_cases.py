@@ -21,7 +21,9 @@ from pathlib import Path
 from meshplan import catalog
 from meshplan.errors import MeshplanError
 from meshplan.io.files import load_yaml_or_json
+from meshplan.io.profile import load_profile
 from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.profile import Profile
 from meshplan.specs.strategy import LAYER_KINDS
 
 _MODEL_FIELDS = (
@@ -42,6 +44,20 @@ class CaseResult:
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+    def _repr_html_(self) -> str:
+        from meshplan.plots.notebook import cases_html
+
+        return cases_html([self])
+
+
+class CaseResults(list):
+    """The cases of a validation file, in file order (a list that renders itself in notebooks)."""
+
+    def _repr_html_(self) -> str:
+        from meshplan.plots.notebook import cases_html
+
+        return cases_html(self)
 
 
 def _get(case: dict, path: str, where: str):
@@ -133,8 +149,10 @@ def load_cases(path: str | Path) -> list[dict]:
     return data
 
 
-def run_case(case: dict, index: int) -> CaseResult:
-    """Predict one case; a case that cannot be read or predicted comes back with ``error``."""
+def run_case(case: dict, index: int, profile: Profile | None = None) -> CaseResult:
+    """Predict one case; a case that cannot be read or predicted comes back with ``error``.
+    A measured ``profile`` replaces the catalog's for the cases on its device (on every case if
+    it names none)."""
     if not isinstance(case, dict):
         return CaseResult(f"case-{index}", "ungrouped", None, None, None,
                           error=str(MeshplanError(f"case-{index}", case, "a mapping with id, group, model, ... (SCHEMA.md)")))
@@ -143,7 +161,7 @@ def run_case(case: dict, index: int) -> CaseResult:
     measured = None  # echoed next to an error only once it is known to be valid
     try:
         measured = _measured(case, case_id)
-        result = _predict(case, case_id)
+        result = _predict(case, case_id, profile)
     except MeshplanError as err:
         return CaseResult(case_id, group, measured, None, None, error=str(err))
     except Exception as err:  # noqa: BLE001 - one broken case must not stop the others
@@ -169,7 +187,7 @@ def _measured(case: dict, case_id: str) -> float:
     return float(value)
 
 
-def _predict(case: dict, case_id: str):
+def _predict(case: dict, case_id: str, profile: Profile | None = None):
     from meshplan.api import estimate
 
     model = _get(case, "model", case_id)
@@ -182,7 +200,10 @@ def _predict(case: dict, case_id: str):
         if case.get(section) is not None and not isinstance(case[section], dict):
             raise MeshplanError(f"{case_id}.{section}", case[section], "a mapping (SCHEMA.md)")
     inputs = dlrm_case_inputs(case, case_id) if arch == "dlrm" else case_inputs(case, case_id)
-    inputs["cluster"] = _cluster(case, case_id)
+    cluster = _cluster(case, case_id)
+    if profile is not None and profile.device in (None, cluster.device.id):
+        cluster = profile.apply(cluster)
+    inputs["cluster"] = cluster
     try:
         return estimate(**inputs)
     except MeshplanError as err:  # name the case in the field path
@@ -216,12 +237,14 @@ def _cluster(case: dict, case_id: str):
     return cluster.model_copy(update={"levels": resized, "id": f"{cluster_id} ({per_node} devices per node)"})
 
 
-def validate(path: str | Path, progress=None) -> list[CaseResult]:
-    """Every case of the file, each scored on its own; a repeated id is reported as an error."""
+def validate(path: str | Path, progress=None, profile: str | Path | Profile | None = None) -> CaseResults:
+    """Every case of the file, each scored on its own; a repeated id is reported as an error.
+    ``profile``: a measured profile (``meshplan calibrate``) for the cases on its device."""
+    measured = None if profile is None else load_profile(profile)
     cases = load_cases(path)
     results, seen = [], set()
     for index, case in enumerate(cases):
-        result = run_case(case, index)
+        result = run_case(case, index, measured)
         if result.id in seen:
             result = CaseResult(result.id, result.group, result.measured_step_time_s, None, None,
                                 error=str(MeshplanError(f"{result.id}.id", result.id, "ids must be unique in a file")))
@@ -229,7 +252,7 @@ def validate(path: str | Path, progress=None) -> list[CaseResult]:
         results.append(result)
         if progress:
             progress(index + 1, len(cases))
-    return results
+    return CaseResults(results)
 
 
 def summarize(results: list[CaseResult]) -> dict[str, dict]:

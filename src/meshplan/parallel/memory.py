@@ -65,6 +65,7 @@ class MemoryBreakdown(ByteBreakdown):
     activations_bytes: float
     gathered_weights_bytes: float  # ZeRO-3 / FSDP: layers gathered ahead of use
     comm_buffers_bytes: float
+    low_precision_weights_bytes: float  # FP8/FP4 training: the GEMM weights' quantized copies
     capacity_bytes: float
 
 
@@ -82,11 +83,30 @@ def state_bytes_per_param(precision: str, grad_precision: str) -> StateBytes:
 
     fp32 training keeps fp32 weights and two fp32 moments (8 bytes); mixed precision keeps 16-bit
     weights plus an fp32 master copy and two moments (12 bytes). fp8/fp4 training keeps 16-bit
-    weights (the low-precision copies are transient).
+    weights too; their quantized copies are counted apart (``low_precision_weight_bytes``).
     """
     if precision == "fp32":
         return StateBytes(4.0, 4.0, 8.0)
     return StateBytes(2.0, BYTES_PER_ELEMENT[grad_precision], 12.0)
+
+
+def low_precision_weight_bytes(precision: str, params: float, gathered_params: float, sharded_weights: bool,
+                               fp8_params: bool) -> float:
+    """The quantized copies of the GEMM weights that FP8/FP4 training keeps.
+
+    Transformer Engine quantizes each weight on a step's first micro-batch and caches the copies
+    for the others (``_fp8_workspaces``, refreshed when ``is_first_microbatch``; Megatron-Core
+    passes it): a row-wise copy for the forward and dgrad GEMMs and a column-wise one (on Hopper
+    the transpose) for the wgrad, one element each (NVIDIA/TransformerEngine at d0067d0,
+    module/base.py and module/linear.py). With ZeRO-3/FSDP only the gathered layers have them.
+    With ``fp8_params`` the row-wise copy is the weight itself (counted with the weights) and
+    only the column-wise one is extra.
+    """
+    if precision not in ("fp8", "fp4"):
+        return 0.0
+    held = min(2.0 * gathered_params, params) if sharded_weights else params
+    copies = 1.0 if fp8_params else 2.0
+    return copies * BYTES_PER_ELEMENT[precision] * held
 
 
 def activations_in_flight(schedule: str, pp: int, virtual: int, micro_batches: int, stage: int) -> float:
@@ -117,6 +137,8 @@ def stage_memory(
     micro_batches: int,
     x_bytes: float,
     bucket_params: float,
+    low_precision_params: float = 0.0,
+    gathered_low_precision_params: float = 0.0,
 ) -> MemoryBreakdown:
     """Bytes per device of one pipeline stage.
 
@@ -141,14 +163,22 @@ def stage_memory(
     # ZeRO-3 / FSDP hold the layer in use and the one prefetched, unsharded (never more than the
     # device's own weights; nothing is gathered without data parallelism)
     gathered = min(2.0 * gathered_layer_params, params) * state.weight if zero == 3 and dp > 1 else 0.0
+    sharded_weights = zero == 3 and dp > 1
+    quantized = low_precision_weight_bytes(plan.precision, low_precision_params, gathered_low_precision_params, sharded_weights,
+                                           plan.fp8_params)
+    weights = sharded(params, expert_params, 3) * state.weight
+    if plan.fp8_params and plan.precision in ("fp8", "fp4"):  # those weights are stored quantized
+        held = low_precision_params / shard if sharded_weights else low_precision_params
+        weights -= held * (state.weight - BYTES_PER_ELEMENT[plan.precision])
     bucket = min(trainable, bucket_params) * state.gradient if dp > 1 else 0.0
     return MemoryBreakdown(
-        weights_bytes=sharded(params, expert_params, 3) * state.weight,
+        weights_bytes=weights,
         gradients_bytes=sharded(trainable, expert_trainable, 2) * state.gradient,
         optimizer_bytes=sharded(trainable, expert_trainable, 1) * state.optimizer,
         activations_bytes=activations,
         gathered_weights_bytes=gathered,
         comm_buffers_bytes=2.0 * bucket + (2.0 * x_bytes if tp > 1 else 0.0),
+        low_precision_weights_bytes=quantized,
         capacity_bytes=capacity_bytes,
     )
 

@@ -71,6 +71,7 @@ class LayerKind:
     expert_params: float  # routed-expert weights of one layer on one device
     saved_bytes: float  # activations one layer keeps per micro-batch, given the recompute policy
     full_saved_bytes: float  # what it keeps without recompute (the layer being recomputed)
+    low_precision_params: float = 0.0  # of params + expert_params, those of FP8/FP4 GEMMs
     kv_cache_bytes: float = 0.0  # serving: the cached keys and values one layer reads per pass
 
 
@@ -156,13 +157,23 @@ def _shard_attention(shape: AttentionShape, tp: int, cp: int) -> AttentionShape:
     return replace(shape, heads=shape.heads / tp, kv_heads=max(shape.kv_heads / tp, 1.0), seq=seq, kv=kv)
 
 
-def saved_bytes(saved: tuple[Saved, ...], tp: int, cp: int, sp: bool, drop_scores: bool) -> float:
+def saved_bytes(saved: tuple[Saved, ...], tp: int, cp: int, sp: bool, drop_scores: bool, scale: float = 1.0) -> float:
     total = 0.0
     for s in saved:
         if drop_scores and s.attention_scores:
             continue
         total += s.bytes / ({"tp": tp, "sp": tp if sp else 1, "none": 1}[s.shard] * cp)
-    return total
+    return total * scale
+
+
+def quantized_scale(precision: str) -> float:
+    """What a low-precision GEMM's saved input weighs against its 16-bit activation.
+
+    FP8/FP4 training with Transformer Engine keeps the quantized copy of a linear layer's input
+    for the weight gradient and drops the 16-bit one (transformer_engine/pytorch/module/linear.py,
+    ``_Linear`` forward: ``saved_inputmat`` is the quantized input, its row-wise data discarded;
+    NVIDIA/TransformerEngine at d0067d0, 2026-08)."""
+    return BYTES_PER_ELEMENT[precision] / activation_bytes(precision) if precision in ("fp8", "fp4") else 1.0
 
 
 def param_share(op: Op, tp: int, ep: int = 1, expert_tp: int | None = None) -> float:
@@ -201,11 +212,16 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
         recompute = ("attention",)
     else:
         recompute = ()
-    full = sum(saved_bytes(op.saved, tp, cp, sp, drop_scores=False) for op in block.ops)
+    quantized = quantized_scale(plan.precision)
+
+    def kept_by(drop_scores: bool) -> float:
+        return sum(saved_bytes(op.saved, tp, cp, sp, drop_scores, quantized if op.low_precision else 1.0) for op in block.ops)
+
+    full = kept_by(drop_scores=False)
     if plan.recompute == "full":
         kept = x_bytes / (tp if sp else 1)  # only the layer input (Korthikanti et al. 2022: 2sbh)
     else:
-        kept = sum(saved_bytes(op.saved, tp, cp, sp, drop_scores=plan.recompute == "selective") for op in block.ops)
+        kept = kept_by(drop_scores=plan.recompute == "selective")
     return LayerKind(
         name=block.name,
         ops=ops,
@@ -217,6 +233,7 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
         expert_params=sum(param_share(op, tp, ep, etp) for op in block.ops if op.expert),
         saved_bytes=kept,
         full_saved_bytes=full,
+        low_precision_params=sum(param_share(op, tp, ep, etp) if op.expert else param_share(op, tp) for op in block.ops if op.low_precision),
     )
 
 
@@ -398,6 +415,8 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             head_activations=0.0 if freeze_embedding else sum(saved_bytes(op.saved, tp, cp, sp, False) for op in head_ops),
             tail_activations=sum(saved_bytes(op.saved, tp, cp, sp, False) for op in tail_ops),
             gathered_layer_params=max((kinds[k].params + kinds[k].expert_params for k, _, _ in counts), default=0.0),
+            low_precision_params=sum(kinds[k].low_precision_params * n for k, n, _ in counts),
+            gathered_low_precision_params=max((kinds[k].low_precision_params for k, _, _ in counts), default=0.0),
             stage=stage,
             micro_batches=s.num_micro_batches,
             x_bytes=x_bytes,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -10,7 +11,13 @@ from meshplan.errors import MeshplanError
 from meshplan.specs.base import BytesPerS, Count, Fraction, JoulesPerBit, Seconds, Spec
 from meshplan.specs.device import Device
 
-Topology = Literal["switch", "ring", "fully-connected", "torus-2d", "torus-3d", "dragonfly", "fat-tree"]
+Topology = Literal[
+    "switch", "fat-tree", "rail-optimized", "ring", "fully-connected", "torus-2d", "torus-3d", "dragonfly",
+]
+#: what carries a level's traffic: NCCL's latency model differs between NVLink, PCIe and the
+#: network (src/graph/tuning.cc hwLatencies); "ici" is a torus of chip-to-chip links (TPU) with no
+#: NCCL protocols, timed by ``latency_s`` per step
+Link = Literal["nvlink", "pcie", "network", "ici"]
 
 
 class NetworkLevel(Spec):
@@ -32,6 +39,48 @@ class NetworkLevel(Spec):
     efficiency: Fraction = 1.0  # achieved fraction of bytes_per_s for large collectives
     rails: Count = 1  # links of one lower-level domain a single collective drives at once
     energy_per_bit_j: JoulesPerBit = 0.0
+    # what carries the traffic; None: NVLink for the innermost level, the network outside it
+    link: Link | None = None
+    # fat-tree / rail-optimized: leaf down-link bandwidth over up-link bandwidth (2 = 2:1 tapered)
+    oversubscription: float = Field(default=1.0, ge=1.0, le=64.0)
+    # fat-tree / rail-optimized: domains of the level below under one leaf switch (a rail leaf of a
+    # DGX SuperPOD scalable unit joins 32 nodes); traffic between leaves climbs to the spine
+    leaf_domains: Count | None = None
+    # torus-2d / torus-3d: the torus shape, in domains of the level below (wrap-around links)
+    torus_dims: tuple[Count, ...] | None = None
+    # dragonfly: domains of the level below in one group (all-to-all local links inside it)
+    group_domains: Count | None = None
+    # dragonfly: global-link bandwidth per device over its injection bandwidth (Kim et al. 2008
+    # balance the network at 1)
+    global_taper: Fraction = 1.0
+    # the switches reduce in the network: NVLink SHARP (NVLS) on NVSwitch, SHARP on InfiniBand
+    in_network_reduction: bool = False
+    # achieved in-network all-reduce algorithm bandwidth over ``bytes_per_s``
+    reduction_efficiency: Fraction = 1.0
+    # NCCL's LL protocol bandwidth ceiling (tuning.cc llMaxBws); None: half the link, no ceiling
+    ll_bytes_per_s: BytesPerS | None = None
+
+    @model_validator(mode="after")
+    def _topology_fields(self) -> "NetworkLevel":
+        dims = {"torus-2d": 2, "torus-3d": 3}.get(self.topology)
+        if dims is not None and (self.torus_dims is None or len(self.torus_dims) != dims):
+            raise MeshplanError("torus_dims", self.torus_dims, f"a {self.topology} level needs {dims} torus dimensions")
+        if dims is None and self.torus_dims is not None:
+            raise MeshplanError("torus_dims", self.torus_dims,
+                                "only torus-2d and torus-3d levels have torus dimensions")
+        if self.topology == "dragonfly" and self.group_domains is None:
+            raise MeshplanError("group_domains", None, "a dragonfly level needs its group size (domains per group)")
+        if self.topology != "dragonfly" and self.group_domains is not None:
+            raise MeshplanError("group_domains", self.group_domains, "only dragonfly levels have groups")
+        tapered = self.topology in ("fat-tree", "rail-optimized")
+        for name in ("oversubscription", "leaf_domains"):
+            value = getattr(self, name)
+            if not tapered and value not in (None, 1.0):
+                raise MeshplanError(name, value, "only fat-tree and rail-optimized levels have leaves that taper")
+        if tapered and self.oversubscription > 1.0 and self.leaf_domains is None:
+            raise MeshplanError("leaf_domains", None,
+                                "an oversubscribed level needs leaf_domains (domains under one leaf)")
+        return self
 
     @property
     def effective_bytes_per_s(self) -> float:
@@ -56,6 +105,14 @@ class Cluster(Spec):
                 raise ValueError("only the outermost network level may leave size unset")
             if outer is not None and (outer <= inner or outer % inner):
                 raise ValueError(f"level sizes must grow by whole multiples, got {sizes}")
+        inner = 1
+        for index, level in enumerate(self.levels):
+            if level.torus_dims is not None and level.size is not None:
+                domains = level.size // inner
+                if math.prod(level.torus_dims) != domains:
+                    raise MeshplanError(f"levels.{index}.torus_dims", level.torus_dims,
+                                        f"the torus must hold the level's {domains} domains of the level below")
+            inner = level.size or inner
         return self
 
     def check_devices(self, num_devices: int) -> None:

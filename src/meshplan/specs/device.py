@@ -45,6 +45,27 @@ class EfficiencyCurve(Spec):
         return self
 
 
+class PowerModel(Spec):
+    """What a device draws: idle power plus energy per flop and per HBM byte of its work
+    (meshplan.costs.power). Fitted on measured power, not on runs."""
+
+    idle_w: float = Field(ge=0)
+    joules_per_flop: dict[Precision, float] = Field(min_length=1)
+    joules_per_hbm_byte: float = Field(ge=0)
+    joules_per_l2_byte: float | None = Field(default=None, ge=0)  # on-chip cache traffic, where measured
+    # whether work drawing more than the TDP slows down (meshplan.costs.power); false where the
+    # profile's efficiencies were fitted on sustained runs that already ran at the capped clock
+    cap_clocks: bool = True
+    source: str
+
+    @model_validator(mode="after")
+    def _positive(self) -> "PowerModel":
+        bad = {p: j for p, j in self.joules_per_flop.items() if not j > 0}
+        if bad:
+            raise ValueError(f"joules_per_flop must be positive, got {bad}")
+        return self
+
+
 class Efficiency(Spec):
     """How close a device gets to its peaks, per op kind. See catalog/efficiency.yaml."""
 
@@ -65,6 +86,9 @@ class Efficiency(Spec):
     # GEMM, attention and memory-bound kernel times from their shapes (meshplan.costs.kernels);
     # where given, they replace the matmul and attention curves and the streaming fraction
     kernels: KernelModels | None = None
+    # sustained power: work drawing more than the device's TDP runs at lower clocks; None: the
+    # family has no power measurement and runs uncapped (its fit then absorbs the cap)
+    power: PowerModel | None = None
     source: str
 
 

@@ -63,6 +63,9 @@ class Plan(Spec):
     # schedules (overlap_p2p_comm) and batched and waited on in the others
     overlap_p2p: bool | None = None
     grad_reduce_precision: Literal["fp32", "bf16", "fp16"] | None = None  # None: fp32 unless ZeRO-3
+    # FP8/FP4 training keeps its GEMM weights in that precision, with no 16-bit copy (Transformer
+    # Engine fp8_model_init; Megatron --fp8-param-gather, NeMo fp8_params)
+    fp8_params: bool = False
     order: str = "tp-cp-dp-pp"
 
     @model_validator(mode="before")
@@ -102,7 +105,12 @@ class Task(Spec):
     """
 
     kind: Literal["pretrain", "finetune", "inference"] = "pretrain"
-    train_tokens: float | None = Field(default=None, gt=0)  # for time and GPU-hours to train
+    train_tokens: float | None = Field(default=None, gt=0)  # for time, GPU-hours, energy and cost to train
+    # the footprint of training train_tokens: facility overhead on the IT energy (power usage
+    # effectiveness), the grid's carbon intensity, and a price per device-hour
+    pue: float = Field(default=1.0, ge=1.0)
+    grid_kg_co2e_per_kwh: float | None = Field(default=None, ge=0)
+    price_per_device_hour: float | None = Field(default=None, ge=0)
     frozen_layers: Natural = 0
     freeze_embedding: bool = True
     batch_size: Count = 1
@@ -125,6 +133,9 @@ class Task(Spec):
 #: task fields that only some kinds read
 _TASK_FIELD_KINDS = {
     "train_tokens": ("pretrain", "finetune"),
+    "pue": ("pretrain", "finetune"),
+    "grid_kg_co2e_per_kwh": ("pretrain", "finetune"),
+    "price_per_device_hour": ("pretrain", "finetune"),
     "frozen_layers": ("finetune",),
     "freeze_embedding": ("finetune",),
     "batch_size": ("inference",),

@@ -57,9 +57,9 @@ def compute(name: str, seconds: float, deps: tuple[str, ...] = (), kind: str = "
     return Task(name, "compute", (("compute", seconds),), deps, kind)
 
 
-def collective(name: str, axis: str, seconds: float, deps: tuple[str, ...] = (), kind: str = "") -> Task:
-    """A collective on the stream of ``axis``."""
-    return Task(name, axis, ((axis, seconds),), deps, kind or axis)
+def collective(name: str, axis: str, seconds: float, deps: tuple[str, ...] = (), kind: str = "", stream: str = "") -> Task:
+    """A collective of ``axis`` on ``stream`` (default: the axis's own stream)."""
+    return Task(name, stream or axis, ((axis, seconds),), deps, kind or axis)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from meshplan.costs.energy import EnergyBreakdown
 from meshplan.parallel.memory import DLRMMemory, MemoryBreakdown
 from meshplan.timeline.engine import Placed
 from meshplan.units import format_bytes, format_devices, format_seconds
@@ -65,6 +66,9 @@ class Estimate:
     train_tokens: float | None = None
     stage_layers: tuple[int, ...] = ()  # decoder layers per pipeline rank, first rank first
     pipeline_split: str = "even"  # how the layers were split (specs.scenario.pipeline_layout)
+    energy: EnergyBreakdown | None = None  # None: the device's profile has no power model
+
+    footprint: dict = field(default_factory=dict)  # the task's pue, grid_kg_co2e_per_kwh, price_per_device_hour
 
     def time_to_train_s(self, tokens: float) -> float:
         return tokens / self.tokens_per_s
@@ -72,16 +76,43 @@ class Estimate:
     def device_hours(self, tokens: float) -> float:
         return self.time_to_train_s(tokens) * self.num_devices / 3600.0
 
+    def energy_to_train_j(self, tokens: float) -> float | None:
+        """Facility energy to train ``tokens``: the steps' energy times the PUE."""
+        if self.energy is None:
+            return None
+        steps = self.time_to_train_s(tokens) / self.step_time_s
+        return steps * self.energy.total_j * self.footprint.get("pue", 1.0)
+
+    def co2e_to_train_kg(self, tokens: float) -> float | None:
+        """Emissions of that energy at the grid's carbon intensity (kg CO2e per kWh)."""
+        energy, grid = self.energy_to_train_j(tokens), self.footprint.get("grid_kg_co2e_per_kwh")
+        return None if energy is None or grid is None else energy / 3.6e6 * grid
+
+    def cost_to_train(self, tokens: float) -> float | None:
+        """Device-hours to train ``tokens`` times the price per device-hour."""
+        price = self.footprint.get("price_per_device_hour")
+        return None if price is None else self.device_hours(tokens) * price
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out["breakdown"]["total_s"] = self.breakdown.total_s
         out["memory"] = self.memory.as_dict()
         out["memory"]["fits"] = self.memory.fits
         out["roles"] = [{**asdict(r), "memory": r.memory.as_dict()} for r in self.roles]
+        out["energy"] = self.energy.as_dict() if self.energy else None
         if self.train_tokens:
             out["time_to_train_s"] = self.time_to_train_s(self.train_tokens)
             out["device_hours"] = self.device_hours(self.train_tokens)
+            out["energy_to_train_j"] = self.energy_to_train_j(self.train_tokens)
+            out["co2e_to_train_kg"] = self.co2e_to_train_kg(self.train_tokens)
+            out["cost_to_train"] = self.cost_to_train(self.train_tokens)
         return out
+
+    def _repr_html_(self) -> str:
+        """Key numbers and small charts in notebooks (meshplan.plots.notebook)."""
+        from meshplan.plots.notebook import estimate_html
+
+        return estimate_html(self)
 
     def __repr__(self) -> str:
         b = self.breakdown
@@ -132,6 +163,7 @@ class DLRMEstimate:
     fits: bool
     tasks: tuple[Placed, ...] = field(repr=False, default=())  # as scheduled; task.kind is the compute kind or collective
     warnings: tuple[str, ...] = ()
+    energy: EnergyBreakdown | None = None  # one iteration, all devices (None: no power model)
 
     @property
     def step_time_s(self) -> float:
@@ -148,7 +180,13 @@ class DLRMEstimate:
         out["step_time_s"] = self.iteration_s
         out["memory"] = self.memory.as_dict()
         out["memory"]["fits"] = self.fits
+        out["energy"] = self.energy.as_dict() if self.energy else None
         return out
+
+    def _repr_html_(self) -> str:
+        from meshplan.plots.notebook import dlrm_html
+
+        return dlrm_html(self)
 
     def __repr__(self) -> str:
         status = "fits" if self.fits else "DOES NOT FIT"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from meshplan.costs.costed import CostedProgram, comm_s, cost_program, forward_bound
+from meshplan.costs.energy import EnergyBreakdown, pass_energy
 from meshplan.parallel.memory import InferenceMemory
 from meshplan.parallel.program import Phase, build_program
 from meshplan.specs.plan import Task
@@ -62,9 +63,34 @@ class InferenceEstimate:
     decode: PhaseTime
     memory: InferenceMemory  # the device with the least headroom
     fits: bool
+    prefill_energy: EnergyBreakdown | None = None  # every device, one prefill (None: no power model)
+    decode_energy: EnergyBreakdown | None = None  # every device, one decode step
+
+    @property
+    def energy_per_request_j(self) -> float | None:
+        """The prefill and every decode step of one batch of requests, all devices."""
+        if self.prefill_energy is None or self.decode_energy is None:
+            return None
+        return self.prefill_energy.total_j + self.output_len * self.decode_energy.total_j
+
+    @property
+    def energy_per_output_token_j(self) -> float | None:
+        request = self.energy_per_request_j
+        return None if request is None else request / (self.batch_size * self.output_len)
+
+    def _repr_html_(self) -> str:
+        """Key numbers and small charts in notebooks (meshplan.plots.notebook)."""
+        from meshplan.plots.notebook import inference_html
+
+        return inference_html(self)
 
     def to_dict(self) -> dict:
         out = asdict(self)
+        for phase in ("prefill_energy", "decode_energy"):
+            energy = getattr(self, phase)
+            out[phase] = energy.as_dict() if energy else None
+        out["energy_per_request_j"] = self.energy_per_request_j
+        out["energy_per_output_token_j"] = self.energy_per_output_token_j
         out["memory"]["total_bytes"] = self.memory.total_bytes
         out["prefill"]["memory_bound"] = self.prefill.memory_bound
         out["decode"]["memory_bound"] = self.decode.memory_bound
@@ -155,4 +181,6 @@ def inference_estimate(scenario: Scenario, compose: bool = True, plans: tuple[Ph
         decode=decode,
         memory=memory,  # type: ignore[arg-type]
         fits=all(role.memory.fits for role in roles),
+        prefill_energy=pass_energy(prefill_plan.costed, prefill.time_s),
+        decode_energy=pass_energy(decode_plan.costed, decode.time_s),
     )

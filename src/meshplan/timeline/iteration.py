@@ -21,6 +21,7 @@ from __future__ import annotations
 from meshplan import catalog
 from meshplan.costs.compute import Roofline
 from meshplan.costs.costed import comm_s, op_times
+from meshplan.costs.energy import iteration_energy
 from meshplan.parallel.strategy import StrategyProgram
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.timeline.engine import Pass, Placed, Segment, Task, place_pass
@@ -112,6 +113,7 @@ def iteration_estimate(program: StrategyProgram) -> DLRMEstimate:
         fits=memory.fits,
         tasks=tasks,
         warnings=warnings,
+        energy=iteration_energy(program, iteration),
     )
 
 

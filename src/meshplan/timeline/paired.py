@@ -16,7 +16,7 @@ def _groups(tasks: list[Task]) -> list[list[Task]]:
     out: list[list[Task]] = [[]]
     for t in tasks:
         out[-1].append(t)
-        if t.stream == "ep":
+        if t.parts and t.parts[0][0] == "ep" and t.stream != "compute":
             out.append([])
     return [g for g in out if g]
 
@@ -40,7 +40,7 @@ def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bo
         merged += bg[i] if i < len(bg) else []
     joint = TaskBuilder(name, overlap)
     joint.tasks = merged
-    joint.hidden = {t.name for t in merged if t.stream == "ep"}
+    joint.hidden = {t.name for t in merged if t.stream != "compute" and t.parts[0][0] == "ep"}
     joint.chain, joint.last = "xf", f.last
     return joint.segment(layer.name, (("xb", bw.last),))
 

@@ -20,6 +20,12 @@ overlaps with what is the plan's overlap options (meshplan.catalog frameworks se
   optimizer's parameter all-gather runs ahead of the first micro-batch's forward, each layer
   waiting for its own, when ``overlap_param_gather``.
 
+Collectives of axes whose groups cross the same outermost network level share its links: they
+run on one stream and take turns (``link_streams``; where each axis lands follows the plan's
+mesh ``order``). Tensor parallelism inside NVLink and data parallelism across the scale-out
+network keep separate streams; expert all-to-all and gradient reduction both crossing
+InfiniBand queue on one.
+
 Compute slows while a collective runs beside it (they share SMs and HBM): each second a hidden
 collective overlaps compute costs ``overlap_slowdown`` seconds of compute, charged to the
 collective's axis. The overlap is measured when the segment is built (``TaskBuilder.segment``), so
@@ -82,12 +88,36 @@ class Overlap:
     cp: bool
     ep: str
     slowdown: float
+    streams: tuple[tuple[str, str], ...] = ()  # (axis, the stream its collectives run on)
 
     @classmethod
     def of(cls, costed: CostedProgram) -> "Overlap":
         p = costed.program.scenario.plan
         return cls(p.overlap_grad_reduce, p.overlap_param_gather, p.prefetch_layers if p.overlap_param_gather else 0,
-                   p.tp_overlap, p.cp_overlap, p.ep_overlap, costed.overlap_slowdown)
+                   p.tp_overlap, p.cp_overlap, p.ep_overlap, costed.overlap_slowdown, link_streams(costed.program))
+
+    def stream(self, axis: str) -> str:
+        return dict(self.streams).get(axis, axis)
+
+
+def link_streams(program) -> tuple[tuple[str, str], ...]:
+    """Each communicating axis and the stream of the outermost network level its groups cross:
+    axes on the same level share one stream, named by those axes ("ep+dp"); an axis alone on its
+    level keeps its own name."""
+    spans: dict[str, list] = {}
+    for kind in program.kinds.values():
+        for c in (*kind.tp_comms, *kind.cp_comms, *kind.ep_comms):
+            spans.setdefault(c.axis, []).append(c.span)
+    for c in (*program.dp_comms, *program.zero3_comms):
+        spans.setdefault(c.axis, []).append(c.span)
+    level = {axis: max(h.level for span in group for h in span.hops) for axis, group in spans.items()
+             if any(span.hops for span in group)}
+    order = ("tp", "cp", "ep", "dp", "pp", "mp")
+    out = []
+    for axis, lvl in level.items():
+        sharing = [a for a in order if level.get(a) == lvl]
+        out.append((axis, "+".join(sharing)))
+    return tuple(sorted(out))
 
 
 def _ops(sharded: tuple[ShardedOp, ...], times: dict[str, OpTimes]) -> tuple[Op, ...]:
@@ -180,13 +210,13 @@ class TaskBuilder:
         if seconds <= 0:
             return
         name = self._name(label)
-        self.tasks.append(collective(name, axis, seconds, (self.last,), kind))
+        self.tasks.append(collective(name, axis, seconds, (self.last,), kind, self.overlap.stream(axis)))
         self.last = name
 
     def beside(self, label: str, axis: str, seconds: float, deps: tuple[str, ...], kind: str = "") -> str:
         """A collective that runs beside compute (nothing on the chain waits for it here)."""
         name = self._name(label)
-        self.tasks.append(collective(name, axis, seconds, deps, kind))
+        self.tasks.append(collective(name, axis, seconds, deps, kind, self.overlap.stream(axis)))
         self.hidden.add(name)
         return name
 
@@ -201,7 +231,7 @@ class TaskBuilder:
         exposed = max(total - work, 0.0)
         contention = self.overlap.slowdown * min(comm - exposed, work)
         start = self.last
-        self.tasks.append(collective(self._name(f"{label}.comm"), axis, comm, (start,), kind="overlapped"))
+        self.tasks.append(collective(self._name(f"{label}.comm"), axis, comm, (start,), "overlapped", self.overlap.stream(axis)))
         self.work(label, work, kind, ((axis, exposed + contention),))
 
     def segment(self, name: str, signals: tuple[tuple[str, str], ...] = ()) -> Segment:
@@ -222,7 +252,8 @@ class TaskBuilder:
             for p in placed[:len(self.tasks)]:
                 if p.task.name in self.hidden:
                     shared = sum(max(0.0, min(p.end_s, e) - max(p.start_s, b)) for b, e in busy)
-                    beside[p.task.stream] = beside.get(p.task.stream, 0.0) + shared
+                    axis = p.task.parts[0][0]
+                    beside[axis] = beside.get(axis, 0.0) + shared
             for axis, seconds in beside.items():
                 if seconds > 0:
                     self.tasks.append(Task(self._name(f"contention.{axis}"), "compute", ((axis, self.overlap.slowdown * seconds),), (), "contention"))
@@ -376,9 +407,9 @@ def _prefetched(b: TaskBuilder, gather_s: float, depth: int, ahead: bool) -> tup
     return tuple((f"w{i}", f"w{i + 1}") for i in range(depth - 1)) + ((f"w{depth - 1}", issued),)
 
 
-def _prologue(name: str, gather_s: float, depth: int, count: int) -> Segment:
-    """The first ``depth`` gathers of a prefetching pass, issued at its start."""
-    tasks = tuple(collective(f"{name}.gather.{i}", "dp", gather_s, (), "all_gather") for i in range(min(depth, count)))
+def _prologue(name: str, gather_s: float, depth: int, count: int, stream: str) -> Segment:
+    """The first ``depth`` gathers of a prefetching pass, issued at its start on ``stream``."""
+    tasks = tuple(collective(f"{name}.gather.{i}", "dp", gather_s, (), "all_gather", stream) for i in range(min(depth, count)))
     return Segment(f"{name}.prologue", tasks, tuple((f"w{i}", t.name) for i, t in enumerate(tasks)))
 
 
@@ -424,7 +455,7 @@ def forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half |
         parts.append((b.segment("head"), 1))
     if depth and (zero3 or first_micro_batch):
         size = gather if zero3 else dp.param_share_s * layers[0].params if layers else 0.0
-        parts.append((_prologue(name, size, depth, total), 1))
+        parts.append((_prologue(name, size, depth, total, overlap.stream("dp")), 1))
     for layer, n, ahead in _gathers(counts, depth):
         piece = dp.param_share_s * layer.params if first_micro_batch and not zero3 and dp.param_share_s > 0 else 0.0
         parts.append((_forward_layer(name, layer, overlap, gather if zero3 else piece, depth, ahead), n))
@@ -485,7 +516,7 @@ def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half 
         parts.append((b.segment("tail"), 1))
     gathers = dp.gather_s * dp.backward_gathers
     if depth and total:
-        parts.append((_prologue(name, gathers, depth, total), 1))
+        parts.append((_prologue(name, gathers, depth, total, overlap.stream("dp")), 1))
     for layer, n, ahead in _gathers(trained, depth):
         piece = dp.reduce_share_s * layer.params if reduce else 0.0
         segment = _backward_layer(name, layer, overlap, gathers if zero3 else 0.0, depth, ahead, dp.scatter_s if zero3 else 0.0,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.costs.costed import CostedProgram, comm_s
+from meshplan.costs.energy import step_energy
 from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.engine import CATEGORIES, Pass, PassTime, schedule_pass
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
@@ -237,6 +238,9 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         train_tokens=s.task.train_tokens,
         stage_layers=s.stage_layers,
         pipeline_split=s.pipeline_split,
+        energy=step_energy(costed, step_s),
+        footprint={"pue": s.task.pue, "grid_kg_co2e_per_kwh": s.task.grid_kg_co2e_per_kwh,
+                   "price_per_device_hour": s.task.price_per_device_hour},
     )
 
 

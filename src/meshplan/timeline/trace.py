@@ -21,8 +21,28 @@ from meshplan.timeline.inference import InferenceEstimate, PhasePlan
 from meshplan.timeline.pipeline_schedule import simulate
 from meshplan.timeline.step import pass_plans, pipeline_inputs, role_passes
 
-#: a training role's streams: compute and one per network axis
+#: a training role's streams: compute and one per network axis (axes sharing a network level
+#: share a stream, named by them, "ep+dp": those get tracks after these)
 STREAMS = ("compute", "tp", "cp", "ep", "dp", "pp")
+
+
+class _Tracks:
+    """Thread ids per (process, stream): the fixed STREAMS first, shared streams as they come."""
+
+    def __init__(self):
+        self.extra: dict[int, list[str]] = {}
+
+    def tid(self, pid: int, stream: str) -> int:
+        if stream in STREAMS:
+            return STREAMS.index(stream)
+        names = self.extra.setdefault(pid, [])
+        if stream not in names:
+            names.append(stream)
+        return len(STREAMS) + names.index(stream)
+
+    def names(self) -> list[dict]:
+        return [{"ph": "M", "name": "thread_name", "pid": pid, "tid": len(STREAMS) + i, "args": {"name": stream}}
+                for pid, names in self.extra.items() for i, stream in enumerate(names)]
 
 
 def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
@@ -40,6 +60,7 @@ def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
     whole = plan.virtual_pipeline_stages == 1
 
     events: list[dict] = []
+    tracks = _Tracks()
     for index, role in enumerate(program.roles):
         stage = role.stage
         pid = index + 1
@@ -56,11 +77,12 @@ def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
                 events.append(_event(f"{label} mb{op.micro_batch}", pid, 0, op.start_s, op.end_s - op.start_s, args))
             else:
                 for placed in place_pass(p, op.start_s):
-                    events.append(_event(f"{placed.task.kind}: {placed.task.name}", pid, STREAMS.index(placed.task.stream),
+                    events.append(_event(f"{placed.task.kind}: {placed.task.name}", pid, tracks.tid(pid, placed.task.stream),
                                          placed.start_s, placed.end_s - placed.start_s, {**args, "pass": label}))
             end = max(end, op.end_s)
         optimizer_start = max(end, estimate.step_time_s - costed.optimizer_s)
         events.append(_event("optimizer", pid, 0, optimizer_start, costed.optimizer_s, {}))
+    events += tracks.names()
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": {"step_time_s": estimate.step_time_s}}
 
 
@@ -112,8 +134,10 @@ def serving_trace(prefill: PhasePlan, decode: PhasePlan, estimate: InferenceEsti
     drawn = [("prefill", prefill, 0.0, program.scenario.task.prompt_len)]
     drawn += [(f"decode step {k + 1}", decode, estimate.ttft_s + k * estimate.tpot_s, decode.costed.program.phase.kv_len)
               for k in range(steps)]
+    tracks = _Tracks()
     for label, plan, start, context in drawn:
-        events += _serving_pass(plan, start, {"phase": label, "context_tokens": context})
+        events += _serving_pass(plan, start, {"phase": label, "context_tokens": context}, tracks)
+    events += tracks.names()
     end_s = estimate.ttft_s + steps * estimate.tpot_s
     if steps < estimate.output_len:
         events.append({"name": f"{estimate.output_len - steps} more decode steps", "ph": "i", "s": "g", "pid": len(roles), "tid": 0,
@@ -123,7 +147,7 @@ def serving_trace(prefill: PhasePlan, decode: PhasePlan, estimate: InferenceEsti
     return {"traceEvents": events, "displayTimeUnit": "ms", "metadata": metadata}
 
 
-def _serving_pass(plan: PhasePlan, start_s: float, args: dict) -> list[dict]:
+def _serving_pass(plan: PhasePlan, start_s: float, args: dict, tracks: _Tracks) -> list[dict]:
     """One token's pass through the pipeline from ``start_s``: each role drawn at its
     representative stage."""
     roles = plan.costed.program.roles
@@ -134,7 +158,7 @@ def _serving_pass(plan: PhasePlan, start_s: float, args: dict) -> list[dict]:
     for stage, index in enumerate(role_of_stage):
         if roles[index].stage == stage:
             for placed in place_pass(plan.passes[index], offset):
-                events.append(_event(f"{placed.task.kind}: {placed.task.name}", index + 1, STREAMS.index(placed.task.stream),
+                events.append(_event(f"{placed.task.kind}: {placed.task.name}", index + 1, tracks.tid(index + 1, placed.task.stream),
                                      placed.start_s, placed.end_s - placed.start_s, args))
         offset += times[index]
         if stage < len(role_of_stage) - 1:

@@ -76,6 +76,11 @@ class Op:
     saved: tuple[Saved, ...] = ()
     attention: AttentionShape | None = None  # attention ops: the call's full (unsharded) shape
     memory_class: MemoryClass = "copy"  # elementwise ops: which kind of streaming kernel
+    # a GEMM that FP8/FP4 training runs in low precision, keeping its saved input quantized:
+    # every linear layer of the decoder; the embedding, output layer and MoE router stay 16-bit
+    # (DeepSeek-V3 report, Sec. 3.3; Megatron-Core builds the output layer outside Transformer
+    # Engine)
+    low_precision: bool = False
 
 
 def dense_flop(ops, names: set[str] | tuple[str, ...] | None = None, expert_scale: float = 1.0) -> float:

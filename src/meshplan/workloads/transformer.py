@@ -18,7 +18,9 @@ from meshplan.workloads.ops import AttentionShape, Block, Graph, Op, Saved
 MASK_BYTES = 1.0  # dropout masks are stored as bytes (Korthikanti et al. 2022, Sec. 4.1)
 
 
-def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: float, saved: tuple[Saved, ...], expert: bool = False) -> Op:
+def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: float, saved: tuple[Saved, ...], expert: bool = False,
+            low_precision: bool = True) -> Op:
+    """A GEMM; ``saved`` is its input, kept for the weight gradient."""
     return Op(
         name=name,
         kind="matmul",
@@ -31,6 +33,7 @@ def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: flo
         params=params,
         saved=saved,
         expert=expert,
+        low_precision=low_precision,
     )
 
 
@@ -152,7 +155,7 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
         m = model.moe
         routed = t * m.top_k * m.routed_factor  # token copies the busiest device's experts take
         ops += [
-            _matmul("router", t, h, m.num_experts, "", h * m.num_experts, (Saved("router_in", x, "sp"),)),
+            _matmul("router", t, h, m.num_experts, "", h * m.num_experts, (Saved("router_in", x, "sp"),), low_precision=False),
             Op("router_topk", "elementwise", "sp", flop=5.0 * t * m.num_experts, bytes=2.0 * t * m.num_experts * 4.0, memory_class="softmax"),
             # permute token copies into expert order before dispatch, and back after combine
             Op("dispatch_permute", "elementwise", "sp", bytes=2.0 * t * m.top_k * h * act_bytes),
@@ -217,7 +220,7 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
         "head",
         (
             Op("norm_final", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_final_in", x, "sp"),), memory_class="norm"),
-            _matmul("logits", t, h, v, "n", 0.0 if model.tied_embeddings else v * h, (Saved("logits_in", x, "sp"),)),
+            _matmul("logits", t, h, v, "n", 0.0 if model.tied_embeddings else v * h, (Saved("logits_in", x, "sp"),), low_precision=False),
             # cross-entropy in fp32 over the vocabulary shard (Korthikanti: 4·s·b·v/t bytes)
             Op("cross_entropy", "elementwise", "tp", flop=5.0 * t * v, bytes=3.0 * t * v * 4.0, saved=(Saved("logits_fp32", 4.0 * t * v, "tp"),),
                memory_class="softmax"),

@@ -1,0 +1,5 @@
+"""`python -m meshplan` (and `torchrun -m meshplan calibrate`) run the CLI."""
+
+from meshplan.cli import main
+
+main()

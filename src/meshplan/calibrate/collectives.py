@@ -1,0 +1,152 @@
+"""Collective microbenchmarks over the ranks ``torchrun`` launched (NCCL on GPUs, gloo on CPUs).
+
+Sizes and bandwidths follow nccl-tests (NVIDIA, doc/PERFORMANCE.md): ``bytes`` is the buffer
+size of the operation (all_gather: the gathered output; reduce_scatter: the input;
+send_recv: what each rank sends), algbw = bytes / time, and the bus bandwidth, comparable with
+a link's peak whatever the rank count n, is
+
+    all_reduce                             busbw = algbw x 2(n-1)/n
+    all_gather, reduce_scatter, all_to_all busbw = algbw x (n-1)/n
+    send_recv                              busbw = algbw
+
+A time is the median over repeats of the slowest rank's time (all ranks start together after a
+barrier). With several nodes, each node's ranks are also measured alone (nodes = 1): the
+scale-up level, then every rank: the scale-out level.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+def bus_factor(collective: str, ranks: int) -> float:
+    """busbw / algbw (nccl-tests PERFORMANCE.md)."""
+    if collective == "all_reduce":
+        return 2.0 * (ranks - 1) / ranks
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (ranks - 1) / ranks
+    return 1.0
+
+
+def launched() -> bool:
+    """Whether torchrun (or another launcher setting WORLD_SIZE) started this process."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+@dataclass(frozen=True)
+class Group:
+    handle: object  # a torch ProcessGroup (None: the default group)
+    ranks: int
+    nodes: int
+    records: bool  # whether this rank writes the group's rows
+
+
+def start(device_type: str):
+    """Join the process group; (torch.distributed, this rank's device, groups to measure)."""
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device_type == "cuda":
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    nodes = max(1, world // per_node)
+    groups = []
+    if nodes > 1 and per_node > 1:
+        node_groups = [dist.new_group(list(range(n * per_node, (n + 1) * per_node))) for n in range(nodes)]
+        groups.append(Group(node_groups[rank // per_node], per_node, 1, rank == 0))
+    groups.append(Group(None, world, nodes, rank == 0))
+    return dist, device, groups
+
+
+def key(collective: str, group: Group, nbytes: int) -> tuple:
+    return (collective, group.ranks, group.nodes, nbytes)
+
+
+def measure(dist, device, group: Group, collective: str, nbytes: int, warmup: int, repeats: int) -> tuple | None:
+    """One row (collective, ranks, nodes, bytes, time_s, algbw, busbw), or None if this backend
+    does not implement the collective."""
+    import torch
+
+    n = group.ranks
+    count = max(n, nbytes // 4 // n * n)  # fp32 elements, a multiple of the ranks
+    op = _operation(dist, device, group.handle, collective, count, n)
+    try:
+        for _ in range(warmup):
+            op()
+    except (RuntimeError, NotImplementedError, ValueError):
+        return None
+    times = []
+    for _ in range(repeats):
+        dist.barrier(group=group.handle)
+        _sync(device)
+        start = time.perf_counter()
+        op()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    slowest = torch.tensor(times, dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group.handle)
+    seconds = statistics.median(slowest.tolist())
+    size = count * 4
+    algbw = size / seconds
+    return (collective, n, group.nodes, size, seconds, f"{algbw / 1e9:.4g}", f"{algbw * bus_factor(collective, n) / 1e9:.4g}")
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _operation(dist, device, group, collective: str, count: int, n: int) -> Callable[[], None]:
+    import torch
+
+    def buf(elements):
+        return torch.randn(elements, device=device)
+
+    if collective == "all_reduce":
+        x = buf(count)
+        return lambda: dist.all_reduce(x, group=group)
+    if collective == "all_gather":
+        x, out = buf(count // n), buf(count)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
+        return lambda: gather(out, x, group=group)
+    if collective == "reduce_scatter":
+        x, out = buf(count), buf(count // n)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(out, x, group=group)
+    if collective == "all_to_all":
+        x, out = buf(count), buf(count)
+        return lambda: dist.all_to_all_single(out, x, group=group)
+    # send_recv: every rank sends to the next and receives from the previous (a ring shift)
+    rank = dist.get_rank(group) if group is not None else dist.get_rank()
+    to, frm = (rank + 1) % n, (rank - 1) % n
+    if group is not None:
+        to, frm = dist.get_global_rank(group, to), dist.get_global_rank(group, frm)
+    x, out = buf(count), buf(count)
+
+    def shift():
+        ops = [dist.P2POp(dist.isend, x, to, group), dist.P2POp(dist.irecv, out, frm, group)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+
+    return shift
+
+
+def plan(groups: list[Group], sizes: tuple[int, ...]) -> Iterator[tuple[Group, str, int]]:
+    for group in groups:
+        for collective in COLLECTIVES:
+            for nbytes in sizes:
+                yield group, collective, nbytes

@@ -1,0 +1,172 @@
+"""One calibration run: what to measure, skipping rows already in ``out`` (resume), row by row.
+
+Started alone, it measures the kernels on one device (GEMMs at the model's shapes and a square
+sweep, FP8 GEMMs where the device has them, attention, memory ops). Started by ``torchrun``, it
+measures the collectives over every launched rank instead (rank 0 writes the rows). Both write
+into the same folder, so the fit reads what each run left there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshplan.calibrate import require_torch
+from meshplan.calibrate.shapes import MEMORY_OPS, Sizes, attention_cases, model_gemms, square_gemms
+from meshplan.calibrate.table import Table
+from meshplan.errors import MeshplanError
+from meshplan.specs.model import TransformerModel
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class Request:
+    out: Path
+    model: TransformerModel | None  # None: the square sweep and generic attention shapes only
+    tps: tuple[int, ...]
+    sizes: Sizes
+    device: str = "auto"  # auto (a GPU if there is one), cuda or cpu
+
+
+def _device(torch, wanted: str):
+    if wanted == "auto":
+        wanted = "cuda" if torch.cuda.is_available() else "cpu"
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise MeshplanError("--on", wanted, "this machine has no CUDA device PyTorch can use; use --on cpu")
+    return torch.device(wanted) if wanted == "cpu" else torch.device("cuda", torch.cuda.current_device())
+
+
+def measure_kernels(request: Request, progress: Progress | None = None) -> list[str]:
+    """Measure every kernel row not yet in ``request.out``; the notes say what was skipped."""
+    torch = require_torch()
+    from meshplan.calibrate import kernels
+
+    device = _device(torch, request.device)
+    torch.manual_seed(0)
+    out = request.out
+    notes = []
+    gemms = square_gemms(request.sizes.square)
+    if request.model is not None:
+        gemms = model_gemms(request.model, request.tps, request.sizes.tokens) + gemms
+    fp8_skipped = kernels.fp8_note(device)
+    if fp8_skipped:
+        notes.append(fp8_skipped)
+    fp8 = [] if fp8_skipped else [g for g in gemms if g.pass_ == "fwd"]
+    attention = attention_cases(request.model, request.tps, request.sizes)
+    memory = [(op, n) for n in request.sizes.memory_elements for op in MEMORY_OPS]
+    tables = {name: Table(out, name) for name in ("gemm_bf16.csv", "attention.csv", "memory_ops.csv")}
+    if not fp8_skipped:
+        tables["gemm_fp8.csv"] = Table(out, "gemm_fp8.csv")
+    jobs = (
+        [("gemm_bf16.csv", g.key, lambda g=g: kernels.gemm_row(g, device, request.sizes)) for g in gemms]
+        + [("gemm_fp8.csv", g.key, lambda g=g: kernels.fp8_row(g, device, request.sizes)) for g in fp8]
+        + [("attention.csv", a.key, lambda a=a: kernels.attention_row(a, device, request.sizes)) for a in attention]
+        + [("memory_ops.csv", (op, n, "fp32" if op.endswith("fp32") else "bf16"),
+            lambda op=op, n=n: kernels.memory_row(op, n, device, request.sizes)) for op, n in memory]
+    )
+    _run(jobs, tables, progress, notes)
+    kernels.write_environment(out / "env.json", device, notes)
+    return notes
+
+
+def _run(jobs, tables: dict[str, Table], progress: Progress | None, notes: list[str]) -> None:
+    """Measure each job not yet in its table; a row the device has no memory for is left out
+    (and said), the others still measured."""
+    import torch
+
+    for done, (name, key, measure) in enumerate(jobs):
+        if progress:
+            progress(done, len(jobs))
+        if tables[name].has(key):
+            continue
+        try:
+            tables[name].append(measure())
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            notes.append(f"{name} row {','.join(map(str, key))} skipped: out of device memory")
+        except RuntimeError as err:  # cuBLASLt refuses some FP8 shapes (dimensions not multiples of 16)
+            if name != "gemm_fp8.csv":
+                raise
+            notes.append(f"{name} row {','.join(map(str, key))} skipped: {str(err).splitlines()[0]}")
+    if progress:
+        progress(len(jobs), len(jobs))
+
+
+def measure_collectives(request: Request, progress: Progress | None = None) -> tuple[list[str], bool]:
+    """Measure the collectives over the launched ranks; (notes, whether this rank wrote rows)."""
+    torch = require_torch()
+    from meshplan.calibrate import collectives
+
+    wanted = request.device
+    if wanted == "auto":
+        wanted = "cuda" if torch.cuda.is_available() else "cpu"
+    dist, device, groups = collectives.start(wanted)
+    try:
+        writer = dist.get_rank() == 0
+        table = Table(request.out, "collectives.csv") if writer else None
+        done = [sorted(table.done) if table else None]
+        dist.broadcast_object_list(done, src=0)  # every rank skips the same rows
+        done_keys = set(map(tuple, done[0]))
+        items = list(collectives.plan(groups, request.sizes.collective_bytes))
+        notes = []
+        for index, (group, name, nbytes) in enumerate(items):
+            if progress and writer:
+                progress(index, len(items))
+            row_key = tuple(str(v) for v in collectives.key(name, group, _rounded(nbytes, group.ranks)))
+            if row_key in done_keys:
+                continue
+            row = collectives.measure(dist, device, group, name, nbytes, request.sizes.warmup, request.sizes.repeats)
+            if row is None:
+                notes.append(f"{name} skipped over {group.ranks} ranks: the {dist.get_backend()} backend does not implement it")
+            elif group.records and table is not None:
+                table.append(row)
+        if progress and writer:
+            progress(len(items), len(items))
+        dist.barrier()
+        return sorted(set(notes)), writer
+    finally:
+        dist.destroy_process_group()
+
+
+def _rounded(nbytes: int, ranks: int) -> int:
+    """The bytes a row records: fp32 elements, a multiple of the ranks (as ``measure`` sends)."""
+    return max(ranks, nbytes // 4 // ranks * ranks) * 4
+
+
+def catalog_device(device_id: str | None, on: str):
+    """The catalog Device whose peaks the fit divides by: ``--device``, or the GPU found here
+    matched by name (its family token, e.g. h100, and the closest memory size)."""
+    from meshplan import catalog
+
+    if device_id is not None:
+        return catalog.device(device_id)
+    torch = require_torch()
+    if on == "cpu" or not torch.cuda.is_available():
+        raise MeshplanError("--device", None, "the catalog device whose peaks turn measured times into efficiencies "
+                            "(meshplan catalog list devices); a CPU run must name one")
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    name = props.name.lower().replace(" ", "")
+    found = [catalog.device(d) for d in catalog.device_ids() if d.split("-")[0] in name]
+    if not found:
+        raise MeshplanError("--device", None, f"{props.name} is not in the catalog; name the closest catalog device "
+                            "(meshplan catalog list devices)")
+    return min(found, key=lambda d: abs(d.hbm_bytes - props.total_memory))
+
+
+def write_profile(out: Path, device, path: Path) -> dict:
+    """Fit the rows in ``out`` for ``device`` and write the profile YAML to ``path``."""
+    import yaml
+
+    from meshplan.calibrate.fit import fit_profile
+
+    profile = fit_profile(out, device)
+    header = ("# A measured device profile, written by `meshplan calibrate` (calibrate/fit.py).\n"
+              "# Use it with: meshplan estimate|search|validate ... --profile " + str(path) + "\n"
+              "# `efficiency:` has the format of one entry of catalog/efficiency.yaml.\n")
+    try:
+        path.write_text(header + yaml.safe_dump(profile, sort_keys=False, default_flow_style=None, width=100))
+    except OSError as err:
+        raise MeshplanError("--profile-out", str(path), f"a writable file ({err.strerror or err})") from None
+    return profile

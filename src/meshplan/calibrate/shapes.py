@@ -1,0 +1,158 @@
+"""What to measure: the GEMM, attention and memory-op sizes of one calibration run.
+
+GEMMs are those one tensor-parallel rank runs in a decoder layer (Megatron-LM's column/row
+split, Shoeybi et al. 2019, Sec. 3): qkv and fc1 are split along their outputs, proj and fc2
+along their inputs. A forward ``[m,k] @ [k,n]`` with m tokens has a data gradient
+``[m,n] @ [n,k]`` and a weight gradient ``[k,m] @ [m,n]``; rows are written as (m, n, k) like
+the shipped H100 files (``gemm_bf16.csv``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.specs.model import TransformerModel
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big a run is: the full sweep, or ``--quick`` sizes that run on a CPU in seconds."""
+
+    tokens: tuple[int, ...]
+    square: tuple[int, ...]
+    attention_seq: tuple[int, ...]
+    attention_tokens: int  # batch x seq of each attention row
+    attention_heads: tuple[tuple[int, int], ...]  # (heads, kv_heads) per rank
+    memory_elements: tuple[int, ...]
+    collective_bytes: tuple[int, ...]
+    warmup: int
+    repeats: int
+
+
+FULL = Sizes(
+    tokens=(1024, 4096, 16384),
+    square=(256, 512, 1024, 2048, 4096, 8192, 16384),
+    attention_seq=(1024, 2048, 4096, 8192, 16384, 32768),
+    attention_tokens=16384,
+    attention_heads=((4, 1), (8, 1), (8, 8), (12, 12), (16, 2), (32, 8), (64, 8)),
+    memory_elements=(1 << 20, 1 << 24, 1 << 27, 1 << 29),
+    collective_bytes=tuple(1 << p for p in range(10, 31, 2)),  # 1 KiB .. 1 GiB
+    warmup=5,
+    repeats=20,
+)
+
+#: a smoke test: one token count, small squares, short sequences (with --quick the model's
+#: shapes are measured at its largest tensor-parallel degree only)
+QUICK = Sizes(
+    tokens=(16,),
+    square=(32, 64),
+    attention_seq=(32, 64),
+    attention_tokens=64,
+    attention_heads=((4, 1), (4, 4)),
+    memory_elements=(1 << 12, 1 << 16),
+    collective_bytes=(1 << 10, 1 << 16, 1 << 20),
+    warmup=1,
+    repeats=3,
+)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    model: str
+    tp: int
+    tokens: int
+    gemm: str  # qkv, proj, fc1, fc2, or square
+    pass_: str  # fwd, dgrad, wgrad
+    m: int
+    n: int
+    k: int
+
+    @property
+    def key(self) -> tuple:
+        return (self.model, str(self.tp), str(self.tokens), self.gemm, self.pass_, str(self.m), str(self.n), str(self.k))
+
+    @property
+    def flop(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+def layer_widths(model: TransformerModel, tp: int) -> dict[str, tuple[int, int]]:
+    """(input, output) width of each layer GEMM on one of ``tp`` ranks. Gated FFNs (SwiGLU) fuse
+    gate and up into one fc1 of twice the width; an MoE layer's GEMMs are one expert's."""
+    h = model.hidden_size
+    if model.mla:  # queries and the key/value up-projection as one width (MLA's latents are small)
+        m = model.mla
+        q_width = model.num_attention_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        qkv, proj_in = q_width + model.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim), model.num_attention_heads * m.v_head_dim
+    else:
+        d = model.dim_per_head
+        qkv, proj_in = (model.num_attention_heads + 2 * model.kv_heads) * d, model.num_attention_heads * d
+    ffn = model.ffn_hidden_size or model.moe.expert_ffn_hidden_size
+    up = (model.ffn_matrices - 1) * ffn
+    return {"qkv": (h, qkv // tp), "proj": (proj_in // tp, h), "fc1": (h, up // tp), "fc2": (ffn // tp, h)}
+
+
+def model_gemms(model: TransformerModel, tps: tuple[int, ...], tokens: tuple[int, ...]) -> list[Gemm]:
+    """Forward, data-gradient and weight-gradient GEMMs of each layer GEMM, per tp and token count."""
+    out = []
+    for tp in tps:
+        for t in tokens:
+            for name, (k, n) in layer_widths(model, tp).items():
+                out += [
+                    Gemm(model.id, tp, t, name, "fwd", t, n, k),
+                    Gemm(model.id, tp, t, name, "dgrad", t, k, n),
+                    Gemm(model.id, tp, t, name, "wgrad", k, n, t),
+                ]
+    return out
+
+
+def square_gemms(sizes: tuple[int, ...]) -> list[Gemm]:
+    return [Gemm("square", 1, s, "square", "fwd", s, s, s) for s in sizes]
+
+
+def valid_tps(model: TransformerModel, tps: tuple[int, ...]) -> tuple[int, ...]:
+    """The degrees that split heads and FFN evenly (others are left out, as Megatron refuses them)."""
+    ffn = model.ffn_hidden_size or model.moe.expert_ffn_hidden_size
+    return tuple(tp for tp in tps if model.kv_heads % tp == 0 or tp % model.kv_heads == 0
+                 if model.num_attention_heads % tp == 0 and ffn % tp == 0)
+
+
+@dataclass(frozen=True)
+class Attention:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    batch: int
+    seq: int
+    causal: bool = True
+
+    @property
+    def key(self) -> tuple:
+        return tuple(str(v) for v in (self.heads, self.kv_heads, self.head_dim, self.batch, self.seq, self.causal))
+
+    @property
+    def fwd_flop(self) -> float:
+        """Forward flop as FlashAttention counts them: 4·b·s²·heads·d, halved when causal
+        (Dao 2023, FlashAttention-2, Sec. 4.1 benchmark convention); backward is 2.5x forward."""
+        flop = 4.0 * self.batch * self.seq * self.seq * self.heads * self.head_dim
+        return flop / 2 if self.causal else flop
+
+
+def attention_cases(model: TransformerModel | None, tps: tuple[int, ...], sizes: Sizes) -> list[Attention]:
+    """The model's heads per rank (each tp) at each sequence length, batch x seq held fixed;
+    without a model, the sweep of head counts the shipped H100 file holds."""
+    if model is not None and not model.mla:
+        heads = sorted({(model.num_attention_heads // tp, max(1, model.kv_heads // tp)) for tp in tps})
+        head_dim = model.dim_per_head
+    else:
+        heads, head_dim = list(sizes.attention_heads), 128 if sizes is FULL else 32
+    return [Attention(h, kv, head_dim, max(1, sizes.attention_tokens // s), s)
+            for h, kv in heads for s in sizes.attention_seq]
+
+
+#: memory ops and the bytes each moves per element: inputs read once, outputs written once
+#: (bf16 elements; AdamW over fp32 params reads param, grad, two moments, writes three)
+MEMORY_OPS = {
+    "copy": 2 * 2, "add": 3 * 2, "gelu": 2 * 2, "silu_mul": 3 * 2,
+    "rms_norm": 2 * 2, "layer_norm": 2 * 2, "softmax": 2 * 2, "adamw_fused_fp32": 7 * 4,
+}

@@ -1,0 +1,215 @@
+"""Energy of a training step, by component (the rack-scale energy/latency study's accounting).
+
+- compute: each op's flop times the device's energy per flop in the op's precision;
+- memory: each op's HBM traffic (meshplan.costs.power.op_work) times the energy per HBM byte;
+- links: each collective's bytes per device on each network level it crosses, times 8 times the
+  level's energy per bit (the study's Energy = 8·M·(cost_NV·n_NV + cost_IB·n_IB));
+- static: every device's idle power over the whole step, bubbles and waits included.
+
+Backward does twice the forward's work (COMET Table 1); recomputed ops run their forward again;
+frozen layers run forward only. Power capping stretches time, not energy: the energy per unit
+of work is fixed (meshplan.costs.power), so energy and time stay consistent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from meshplan.costs.collectives import GroupSpan
+from meshplan.costs.costed import ADAM_BYTES_PER_PARAM, BACKWARD_OF, CostedProgram
+from meshplan.costs.power import dynamic_energy_j, op_work
+from meshplan.parallel.program import Comm, ShardedOp
+from meshplan.specs.device import BYTES_PER_ELEMENT, PowerModel
+
+BITS_PER_BYTE = 8.0
+
+
+@dataclass(frozen=True)
+class EnergyBreakdown:
+    """Joules of one step over all devices. The components sum to ``total_j``."""
+
+    compute_j: float
+    memory_j: float
+    links_j: dict[str, float]  # per network level name
+    static_j: float
+    step_s: float
+    num_devices: int
+    peak_device_w: float  # the most loaded role's average power over the step
+    tdp_w: float
+    by_role_j: dict[str, float] = field(default_factory=dict)  # dynamic energy of one device of each role
+
+    @property
+    def total_j(self) -> float:
+        return self.compute_j + self.memory_j + sum(self.links_j.values()) + self.static_j
+
+    @property
+    def average_device_w(self) -> float:
+        """Average power of a device over the step, links left out (they are the NICs' and
+        switches' power, not the accelerator's)."""
+        return (self.compute_j + self.memory_j + self.static_j) / (self.step_s * self.num_devices)
+
+    def as_dict(self) -> dict:
+        return {"compute_j": self.compute_j, "memory_j": self.memory_j, "links_j": dict(self.links_j),
+                "static_j": self.static_j, "total_j": self.total_j, "average_device_w": self.average_device_w,
+                "peak_device_w": self.peak_device_w, "tdp_w": self.tdp_w}
+
+
+def level_bytes(kind: str, bytes_: float, span: GroupSpan) -> dict[int, float]:
+    """Bytes one device puts on each network level (by index) in one collective.
+
+    Reductions and gathers as the hierarchical algorithm moves them (each level works on its
+    share of the buffer: passes·(k-1)/k·B/c, Thakur et al. 2005); all-to-all: the share of a
+    device's buffer bound for peers inside each level's domain but outside the one below it;
+    send/recv: the message over the level that joins the two peers.
+    """
+    if not span.hops or bytes_ <= 0:
+        return {}
+    if kind == "send_recv":
+        return {span.hops[-1].level: bytes_}
+    if kind == "all_to_all":
+        n = span.size
+        return {h.level: h.inside * (h.members - 1) / n * bytes_ for h in span.hops}
+    passes = 2.0 if kind == "all_reduce" else 1.0
+    return {h.level: passes * (h.members - 1) / h.members * bytes_ / h.inside for h in span.hops}
+
+
+class _Tally:
+    """Work of one device of a role over a step."""
+
+    def __init__(self, precision: str, element_bytes: float):
+        self.precision, self.element_bytes = precision, element_bytes
+        self.flop: dict[str, float] = {}
+        self.hbm = 0.0
+        self.link: dict[int, float] = {}  # bytes per level index
+
+    def ops(self, ops: tuple[ShardedOp, ...] | list[ShardedOp], times: float) -> None:
+        for op in ops:
+            work = op_work(op, self.precision, self.element_bytes)
+            self.flop[work.precision] = self.flop.get(work.precision, 0.0) + times * work.flop
+            self.hbm += times * work.hbm_bytes
+
+    def comms(self, comms: tuple[Comm, ...], times: float, backward: bool = False) -> None:
+        for c in comms:
+            kind = BACKWARD_OF[c.kind] if backward else c.kind
+            for level, moved in level_bytes(kind, c.bytes, c.span).items():
+                self.link[level] = self.link.get(level, 0.0) + times * c.count * moved
+
+
+def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_trains: bool) -> _Tally:
+    """What one device of ``role`` does over ``micro_batches`` micro-batches: forward, and
+    unless ``forward_only`` the backward, recompute and the step's data-parallel traffic."""
+    s = program.scenario
+    plan, m = s.plan, micro_batches
+    t = _Tally(plan.precision, program.element_bytes)
+    full = plan.recompute == "full"
+    back = 0 if forward_only else 1
+    trained_any = back and role.layers > role.frozen_layers
+    for name, count, frozen in role.layer_counts:
+        kind = program.kinds[name]
+        trained = (count - frozen) * back
+        t.ops(kind.ops, m * (count + 2 * trained))
+        t.ops([op for op in kind.ops if op.op.name in kind.recompute_ops], m * trained)
+        for comms in (kind.tp_comms, kind.cp_comms, kind.ep_comms):
+            t.comms(comms, m * count)
+            t.comms(comms, m * trained, backward=True)
+            if full:
+                t.comms(comms, m * trained)
+    t.ops(role.tail, m * (1 + 2 * back))
+    t.ops(role.head, m * (1 + 2 * back * embedding_trains))
+    t.comms((*role.head_comms, *role.tail_comms), m)
+    t.comms((*role.head_comms, *role.tail_comms), m * trained_any, backward=True)
+    if program.pp_comm is not None:
+        t.comms((program.pp_comm,), m * program.pp_sends_per_micro_batch * (1 + trained_any))
+    if not forward_only:
+        t.comms(program.dp_comms, 1)
+        t.comms(program.zero3_comms, m)
+        t.hbm += program.optimizer_params * ADAM_BYTES_PER_PARAM
+    return t
+
+
+def _power(program) -> PowerModel | None:
+    from meshplan import catalog
+
+    return catalog.efficiency(program.scenario.cluster.device.efficiency).power
+
+
+def _energy(program, power: PowerModel, seconds: float, micro_batches: int, forward_only: bool) -> EnergyBreakdown:
+    """Every device's work over ``seconds`` (its idle power included)."""
+    s = program.scenario
+    cluster = s.cluster
+    embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
+    compute = memory = peak = 0.0
+    links: dict[str, float] = {}
+    by_role: dict[str, float] = {}
+    for role in program.roles:
+        t = _role_work(program, role, micro_batches, forward_only, embedding_trains)
+        flop_j = dynamic_energy_j(power, t.flop, 0.0)
+        hbm_j = t.hbm * power.joules_per_hbm_byte
+        compute += role.devices * flop_j
+        memory += role.devices * hbm_j
+        for level, moved in t.link.items():
+            name = cluster.levels[level].name
+            links[name] = links.get(name, 0.0) + role.devices * moved * BITS_PER_BYTE * cluster.levels[level].energy_per_bit_j
+        by_role[role.name] = flop_j + hbm_j
+        peak = max(peak, power.idle_w + (flop_j + hbm_j) / seconds)
+    return EnergyBreakdown(
+        compute_j=compute,
+        memory_j=memory,
+        links_j=links,
+        static_j=power.idle_w * s.num_devices * seconds,
+        step_s=seconds,
+        num_devices=s.num_devices,
+        peak_device_w=peak,
+        tdp_w=cluster.device.tdp_w,
+        by_role_j=by_role,
+    )
+
+
+def step_energy(costed: CostedProgram, step_s: float) -> EnergyBreakdown | None:
+    """Energy of one training step, or None where the device's profile has no power model."""
+    program = costed.program
+    power = _power(program)
+    if power is None:
+        return None
+    return _energy(program, power, step_s, program.scenario.num_micro_batches, forward_only=False)
+
+
+def pass_energy(costed: CostedProgram, pass_s: float) -> EnergyBreakdown | None:
+    """Energy of one serving pass (a prefill or a decode step) of every replica."""
+    program = costed.program
+    power = _power(program)
+    if power is None:
+        return None
+    return _energy(program, power, pass_s, 1, forward_only=True)
+
+
+#: forward work each phase of a strategy task runs (COMET Table 1: backward is two GEMMs)
+PHASE_WORK = {"forward": 1.0, "backward": 2.0, "weight": 1.0}
+
+
+def iteration_energy(program, iteration_s: float) -> EnergyBreakdown | None:
+    """Energy of one iteration of a strategy program (a DLRM): every device runs the same tasks
+    (meshplan.parallel.strategy), each kernel ``copies`` times in its phase, each collective
+    over the levels its group spans."""
+    from meshplan import catalog
+
+    cluster = program.cluster
+    power: PowerModel | None = catalog.efficiency(cluster.device.efficiency).power
+    if power is None:
+        return None
+    t = _Tally(program.precision, BYTES_PER_ELEMENT[program.precision])
+    for task in program.tasks:
+        if task.comm is not None:
+            t.comms((task.comm,), 1)
+        else:
+            t.ops((task.op,), task.copies * PHASE_WORK[task.phase])
+    flop_j = dynamic_energy_j(power, t.flop, 0.0)
+    hbm_j = t.hbm * power.joules_per_hbm_byte
+    n = program.num_devices
+    links = {cluster.levels[level].name: n * moved * BITS_PER_BYTE * cluster.levels[level].energy_per_bit_j
+             for level, moved in t.link.items()}
+    return EnergyBreakdown(
+        compute_j=n * flop_j, memory_j=n * hbm_j, links_j=links, static_j=power.idle_w * n * iteration_s,
+        step_s=iteration_s, num_devices=n, peak_device_w=power.idle_w + (flop_j + hbm_j) / iteration_s,
+        tdp_w=cluster.device.tdp_w, by_role_j={"device": flop_j + hbm_j},
+    )

@@ -1,0 +1,59 @@
+"""Power-capped clocks: work that would draw more than a device's power limit runs slower.
+
+A device draws its idle power plus the energy of its work per second: energy per flop (by
+precision) times the flop rate plus energy per HBM byte times the byte rate (the rack-scale
+energy/latency study's per-flop and per-byte energies; Horowitz, ISSCC 2014). When that exceeds
+the board's power limit (TDP), its power management lowers the SM clock until it does not
+(NVIDIA GPU Boost / power capping). Measured on an H100 SXM at 700 W
+(shared/calibration/h100-sxm/power.csv): back-to-back 8192³ bf16 GEMMs hold the cap with the SM
+clock at 1350 of 1980 MHz and run at 672 TFLOP/s where a short burst reaches 738.
+
+With the energy per unit of work taken as fixed, work of dynamic energy E that would take t seconds
+takes max(t, E / (TDP - P_idle)) under the cap. Power is averaged by the power manager over
+milliseconds, so the cap is applied to a layer's forward and backward together, not per kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.specs.device import PowerModel
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one op's forward does: flop in a precision, and a floor on its HBM traffic (a
+    GEMM's operands and result read or written once; another op's bytes)."""
+
+    precision: str
+    flop: float
+    hbm_bytes: float
+
+
+def op_work(op, plan_precision: str, element_bytes: float) -> Work:
+    """The forward work of a sharded op (meshplan.parallel.program.ShardedOp). Low-precision
+    GEMMs run in the plan's precision; attention, the router and the output layer in 16 bits."""
+    inner = op.op
+    if inner.kind == "matmul":
+        low = inner.low_precision or plan_precision not in ("fp8", "fp4")
+        precision = plan_precision if low else "bf16"
+        return Work(precision, op.flop, (op.m * op.k + op.k * op.n + op.m * op.n) * element_bytes)
+    return Work("fp32" if plan_precision == "fp32" else "bf16", op.flop, op.bytes)
+
+
+def dynamic_energy_j(power: PowerModel, flop_by_precision: dict[str, float], hbm_bytes: float) -> float:
+    """Energy above idle of ``flop_by_precision`` flop and ``hbm_bytes`` bytes of HBM traffic.
+    Precisions the model has no figure for count at its 16-bit figure."""
+    per_flop = power.joules_per_flop
+    fallback = per_flop.get("bf16", max(per_flop.values(), default=0.0))
+    flop_j = sum(f * per_flop.get(p, fallback) for p, f in flop_by_precision.items())
+    return flop_j + hbm_bytes * power.joules_per_hbm_byte
+
+
+def capped_scale(power: PowerModel | None, tdp_w: float, dynamic_j: float, time_s: float) -> float:
+    """How much longer work of ``dynamic_j`` joules above idle takes than its uncapped
+    ``time_s`` (1 when the device stays under ``tdp_w``, or has no power model)."""
+    if power is None or time_s <= 0 or dynamic_j <= 0:
+        return 1.0
+    headroom_w = tdp_w - power.idle_w
+    return max(1.0, dynamic_j / (headroom_w * time_s))

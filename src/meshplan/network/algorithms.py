@@ -1,0 +1,290 @@
+"""Collective algorithms: the time of one collective of ``bytes_`` over a group's span, per protocol.
+
+Every function returns seconds, or None where the algorithm does not apply (NVLS without an
+NVSwitch that reduces, a tree for anything but an all-reduce...). ``bytes_`` is the full buffer
+for all-reduce, all-gather (the gathered result) and reduce-scatter (the input); the per-device
+send buffer for all-to-all. Bandwidths are a level's achieved per-device bus bandwidth (its
+``bytes_per_s`` x ``efficiency``, what nccl-tests reports as busbw for large rings) times the links
+a collective drives at once. Latencies follow NCCL's model (``network.protocols``): a base cost per
+call plus a per-step cost for each step over each kind of link.
+
+Sources, per algorithm:
+- ring: Patarasuk & Yuan 2009, "Bandwidth optimal all-reduce algorithms for clusters of
+  workstations" (JPDC): 2(n-1)/n of the buffer per device, 2(n-1) steps; all-gather and
+  reduce-scatter (n-1)/n and n-1 steps (Thakur, Rabenseifner & Gropp 2005, "Optimization of
+  Collective Communication Operations in MPICH", IJHPCA). Steps crossing each level as NCCL
+  counts them (tuning.cc: nInterSteps = 2(nNodes-1)).
+- tree: NCCL's double binary tree (Sanders, Speck & Träff 2009; Jeaugey, NVIDIA blog "Massively
+  Scale Your Deep Learning Training with NCCL 2.4", 2019): the whole buffer up and down, each
+  half on one of two trees: 2 x buffer / bandwidth, chain inside a node, log2 steps across nodes.
+- hierarchical: reduce-scatter inside, all-reduce across, all-gather inside, level by level
+  (the 2D/hierarchical ring of Jia et al. 2018 / Goyal et al. 2017; Calculon's tiers).
+- halving-doubling: recursive halving reduce-scatter then recursive doubling all-gather
+  (Thakur et al. 2005 Sec. 4.4, Rabenseifner 2004): ring volume, 2 log2(n) steps; on rings and
+  tori a partner 2^j away loads every link on the way (Dally & Towles 2004 Ch. 3).
+- bucket: torus dimension-ordered reduce-scatter/all-gather, one ring per dimension, the buffer
+  cut in D parts that visit the dimensions in rotated order so every link works at once (Jouppi et
+  al. ISCA 2023 Sec. 4 for TPU v4; Sack & Gropp 2015 "Collective algorithms for multiported torus
+  networks"): ring volume at full injection bandwidth, sum(d_i - 1) steps.
+- nvls: NVLink SHARP on NVSwitch (NVIDIA H100 whitepaper 2022; NCCL 2.17 release notes): each
+  GPU pushes its buffer into the switch once and reads the reduced result once: buffer /
+  (reduction_efficiency x link), not 2(n-1)/n x buffer / link. nvls_tree adds NCCL's tree across
+  nodes (tuning.cc NVLS_TREE).
+- collnet: SHARP in the InfiniBand switches (Graham et al. 2016, "Scalable Hierarchical
+  Aggregation Protocol (SHArP)", COMHPC; NCCL CollNet Direct): inside the node as hierarchical,
+  across it each link sends its share up once and receives the result once.
+- direct: all-to-all as pairwise sends, each level bounded by injection, taper and bisection
+  (``network.topology.all_to_all_bound_s``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from meshplan.network.protocols import (
+    COLLNET_ARITY_S,
+    base_latency_s,
+    ring_bandwidth,
+    runs,
+    step_latency_s,
+    tree_bandwidth,
+)
+from meshplan.network.span import GroupSpan, LevelHop
+from meshplan.network.topology import (
+    all_to_all_bound_s,
+    hop_count,
+    links_per_device,
+    ring_edge_factor,
+    torus_group_dims,
+)
+
+#: tuning.cc getNetOverhead: a ring that leaves the node posts every step to the network proxy,
+#: 1 us a step (x3 for Simple) on x86 hosts; with one GPU per node a ring step across the network
+#: costs the tree's network latency (tuning.cc: "With ppn=1 latencies are fully exposed")
+NET_OVERHEAD_S = 1e-6
+
+#: NCCL_P2P_LL_THRESHOLD default: point-to-point chunks up to 16 KiB go with LL (NCCL docs)
+P2P_LL_THRESHOLD_BYTES = 16384
+
+#: passes over the buffer: an all-reduce is a reduce-scatter then an all-gather
+PASSES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0}
+
+
+def _ll_cap(span: GroupSpan) -> float | None:
+    caps = [h.fabric.ll_bytes_per_s for h in span.hops if h.fabric.ll_bytes_per_s is not None]
+    return min(caps) if caps else None
+
+
+def _hop_bandwidth(hop: LevelHop, ring_over_torus: bool) -> float:
+    """A ring's bandwidth over ``hop``: its links, tapered where it leaves a leaf or a dragonfly
+    group; a ring embedded in a torus drives 2 of a device's 2D links."""
+    bandwidth = hop.bytes_per_s * hop.parallel_links * ring_edge_factor(hop.fabric, hop.members, hop.inside, hop.gap)
+    if ring_over_torus and hop.fabric.torus_dims is not None:
+        bandwidth *= 2.0 / links_per_device(hop.fabric, hop.members)
+    return bandwidth
+
+
+def _ring_steps(span: GroupSpan) -> list[int]:
+    """Steps of one ring pass that cross each hop: a ring over D_t = prod(k_u, u >= t) sub-domains
+    of level t crosses its boundary D_t - 1 times, so D_t - D_(t+1) steps belong to hop t."""
+    domains = [math.prod(h.members for h in span.hops[t:]) for t in range(len(span.hops))] + [1]
+    return [domains[t] - domains[t + 1] for t in range(len(span.hops))]
+
+
+def ring_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
+    """Flat ring over every member: passes x (n-1)/n of the buffer through the slowest boundary."""
+    if kind not in PASSES or not all(runs(h.fabric.link, "ring", protocol) for h in span.hops):
+        return None
+    n = span.size
+    passes = PASSES[kind]
+    bandwidth = ring_bandwidth(min(_hop_bandwidth(h, True) for h in span.hops), protocol, _ll_cap(span))
+    latency = base_latency_s("ring", protocol) if _nccl(span) else 0.0
+    across = any(h.fabric.link == "network" for h in span.hops)
+    for hop, steps in zip(span.hops, _ring_steps(span)):
+        family = "tree" if hop.fabric.link == "network" and hop.inside == 1 and len(span.hops) == 1 else "ring"
+        step = step_latency_s(hop.fabric.link, family, protocol, hop.latency_s)
+        if across and hop.fabric.link in ("nvlink", "pcie"):
+            step = max(step, NET_OVERHEAD_S * (3.0 if protocol == "Simple" else 1.0))
+        latency += passes * steps * step
+    return latency + passes * (n - 1) / n * bytes_ / bandwidth
+
+
+def tree_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
+    """NCCL double binary tree all-reduce: 2 x buffer / bandwidth; 2 x (chain in the node + log2
+    across nodes) steps (tuning.cc).
+
+    tuning.cc also divides a tree's bandwidth by a per-size correction (treeCorrectionFactor,
+    0.4-1.0 between 1 KB and 256 MB) so its tuner avoids trees where NCCL's own trees fall short;
+    it is left out: it makes the time fall as the message grows past each size bucket (a larger
+    message must never be faster), and the DLRM-A validation on ZionEX (MAD Max Table 1) does
+    not show the slowdown (``protocols.tree_correction`` keeps the table for reference).
+    """
+    if kind != "all_reduce" or not _nccl(span) or span.size < 2:
+        return None
+    across = any(h.fabric.link == "network" for h in span.hops)
+    simple = min(_hop_bandwidth(h, True) for h in span.hops)
+    bandwidth = tree_bandwidth(simple, protocol, _ll_cap(span), across)
+    latency = base_latency_s("tree", protocol)
+    for hop in span.hops:
+        steps = hop.members - 1 if hop.fabric.link in ("nvlink", "pcie") else math.ceil(math.log2(hop.members))
+        latency += 2.0 * steps * step_latency_s(hop.fabric.link, "tree", protocol, hop.latency_s)
+    return latency + 2.0 * bytes_ / bandwidth
+
+
+def _level_phase_s(hop: LevelHop, bytes_: float, passes: float, protocol: str, cap: float | None,
+                   steps_of: str = "ring") -> float:
+    """One level's share of a hierarchical collective: passes x (k-1)/k of the buffer over the
+    hop's links (each of the c inside members works on 1/c of it over the links they share). Torus
+    levels run the bucket algorithm (all links, sum(d_i-1) steps); ``steps_of`` = "log" counts
+    log2(k) steps (halving-doubling) and loads each link with the mean hop count."""
+    k = hop.members
+    torus = hop.fabric.torus_dims is not None
+    bandwidth = ring_bandwidth(_hop_bandwidth(hop, False), protocol, cap)
+    if steps_of == "log":
+        steps = math.ceil(math.log2(k))
+        bandwidth /= hop_count(hop.fabric, k, hop.gap) if hop.fabric.kind in ("ring",) or torus else 1.0
+    elif torus:
+        steps = sum(d - 1 for d in torus_group_dims(hop.fabric.torus_dims, k))
+    else:
+        steps = k - 1
+    step = step_latency_s(hop.fabric.link, "ring", protocol, hop.latency_s)
+    return passes * (k - 1) / k * bytes_ / bandwidth + passes * steps * step
+
+
+def hierarchical_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
+    """The levels one after another, each on its share of the buffer (torus levels dimension by dimension)."""
+    if kind not in PASSES or not all(runs(h.fabric.link, "ring", protocol) for h in span.hops):
+        return None
+    cap = _ll_cap(span)
+    latency = base_latency_s("ring", protocol) if _nccl(span) else 0.0
+    return latency + sum(_level_phase_s(h, bytes_, PASSES[kind], protocol, cap) for h in span.hops)
+
+
+def bucket_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
+    """Torus dimension-ordered (bucket) algorithm; where the span has no torus level, None."""
+    if not any(h.fabric.torus_dims is not None for h in span.hops):
+        return None
+    return hierarchical_s(kind, bytes_, span, protocol)
+
+
+def halving_doubling_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
+    """Recursive halving / doubling: ring volume, log2(k) steps a level (power-of-two groups;
+    others pay one more step each way, Thakur et al. 2005)."""
+    if kind not in PASSES or not all(runs(h.fabric.link, "ring", protocol) for h in span.hops):
+        return None
+    cap = _ll_cap(span)
+    latency = base_latency_s("ring", protocol) if _nccl(span) else 0.0
+    total = latency + sum(_level_phase_s(h, bytes_, PASSES[kind], protocol, cap, "log") for h in span.hops)
+    if span.size & (span.size - 1):
+        hop = span.hops[-1]
+        total += PASSES[kind] * step_latency_s(hop.fabric.link, "ring", protocol, hop.latency_s)
+    return total
+
+
+def nvls_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
+    """NVLink SHARP all-reduce inside one NVSwitch domain: buffer / (reduction_efficiency x link)
+    plus NCCL's NVLS latency (tuning.cc: 25 us over NVLink)."""
+    if kind != "all_reduce" or protocol != "Simple" or len(span.hops) != 1:
+        return None
+    hop = span.hops[0]
+    if not hop.fabric.in_network_reduction or hop.fabric.link != "nvlink" or hop.inside != 1:
+        return None
+    bandwidth = hop.line_bytes_per_s * hop.fabric.reduction_efficiency
+    return step_latency_s("nvlink", "nvls", protocol, hop.latency_s) + bytes_ / bandwidth
+
+
+def nvls_tree_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
+    """NVLS inside each NVSwitch domain and a tree between them (tuning.cc NVLS_TREE): the slower
+    of the in-switch reduction and the node's links across (x2 on two nodes, where the tree is one
+    exchange); latency NVLS + 2 log2(nodes) network steps."""
+    if kind != "all_reduce" or protocol != "Simple" or len(span.hops) < 2:
+        return None
+    inner, outer = span.hops[0], span.hops[1:]
+    if not inner.fabric.in_network_reduction or inner.fabric.link != "nvlink" or inner.inside != 1:
+        return None
+    if any(h.fabric.link != "network" for h in outer):
+        return None
+    in_switch = inner.line_bytes_per_s * inner.fabric.reduction_efficiency
+    across = min(_hop_bandwidth(h, False) * (1.0 if h.members <= 2 else 0.5) for h in outer)
+    latency = step_latency_s("nvlink", "nvls", protocol, inner.latency_s)
+    latency += sum(2.0 * math.ceil(math.log2(h.members)) * step_latency_s("network", "nvls_tree", protocol, h.latency_s)
+                   for h in outer)
+    return latency + bytes_ / min(in_switch, across)
+
+
+def collnet_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
+    """SHARP (CollNet Direct) all-reduce: hierarchical inside the SHARP level, and across it each
+    link sends its share up once and receives the reduced share once (Graham et al. 2016).
+    Latency as tuning.cc: 2 x (NVLink step + 0.4 us per local rank) + the network's CollNet step."""
+    if kind != "all_reduce" or protocol != "Simple":
+        return None
+    sharp = [i for i, h in enumerate(span.hops) if h.fabric.in_network_reduction and h.fabric.link == "network"]
+    if not sharp:
+        return None
+    at = sharp[0]
+    cap = _ll_cap(span)
+    total = 0.0
+    for i, hop in enumerate(span.hops):
+        if i == at:
+            reduce_bw = hop.bytes_per_s * hop.parallel_links * hop.fabric.reduction_efficiency
+            total += bytes_ / reduce_bw + step_latency_s("network", "collnet", protocol, hop.latency_s)
+        else:
+            total += _level_phase_s(hop, bytes_, 2.0, protocol, cap)
+    local = span.hops[at].inside
+    total += 2.0 * (local - 1) * COLLNET_ARITY_S
+    return total
+
+
+def direct_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
+    """All-to-all as grouped point-to-point sends (NCCL ``ncclSend``/``ncclRecv`` to every peer).
+
+    Bandwidth: the slowest level's bound (injection, taper, bisection), at the protocol's share
+    of the link. Protocol: NCCL sends a peer's chunk with LL up to NCCL_P2P_LL_THRESHOLD (16 KiB)
+    and with Simple above (NCCL environment-variable docs). Latency: one call (tuning.cc base), and
+    the sends issued peer after peer, one step latency each
+    over the link that reaches the peer; issuing overlaps the transfer of earlier peers, so the
+    time is the larger of the two (MAD Max Sec. 4.3: all-to-all is bound by its slowest level).
+    """
+    if kind != "all_to_all":
+        return None
+    n = span.size
+    per_peer = bytes_ / n
+    if protocol != ("LL" if per_peer <= P2P_LL_THRESHOLD_BYTES else "Simple"):
+        return None
+    share = ring_bandwidth(1.0, protocol, None)
+    transfer = max(all_to_all_bound_s(h.fabric, bytes_, h.bytes_per_s * share, h.parallel_links, h.members,
+                                      h.inside, n, h.gap) for h in span.hops)
+    if not _nccl(span):  # torus ICI: one step per peer as before (no NCCL protocol)
+        return transfer + (n - 1) * max(h.latency_s for h in span.hops)
+    issue = 0.0
+    inner = 1
+    for hop in span.hops:
+        peers = inner * hop.members - inner  # peers first reached across this level
+        issue += peers * step_latency_s(hop.fabric.link, "ring", protocol, hop.latency_s)
+        inner *= hop.members
+    return base_latency_s("ring", protocol) + max(transfer, issue)
+
+
+def send_recv_s(bytes_: float, span: GroupSpan) -> float:
+    """Point-to-point over the level joining the two peers: bytes / link + the level's latency
+    (pipeline neighbours are adjacent ranks: one link on rings and tori, one switch otherwise)."""
+    hop = span.hops[-1]
+    return bytes_ / hop.bytes_per_s + hop.latency_s
+
+
+def _nccl(span: GroupSpan) -> bool:
+    return all(h.fabric.link in ("nvlink", "pcie", "network") for h in span.hops)
+
+
+#: every algorithm a caller may force, by name
+ALGORITHMS = {
+    "ring": ring_s,
+    "tree": tree_s,
+    "hierarchical": hierarchical_s,
+    "halving_doubling": halving_doubling_s,
+    "bucket": bucket_s,
+    "nvls": nvls_s,
+    "nvls_tree": nvls_tree_s,
+    "collnet": collnet_s,
+    "direct": direct_s,
+}

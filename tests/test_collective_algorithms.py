@@ -1,0 +1,216 @@
+"""Collective algorithms and NCCL protocols: the tuner's choices, the theory each algorithm follows,
+and published nccl-tests bus bandwidth curves (tests/data/nccl_tests_busbw.csv, a source per point).
+
+nccl-tests bus bandwidth (NVIDIA/nccl-tests doc/PERFORMANCE.md): algbw = size / time; busbw =
+algbw x 2(n-1)/n for all_reduce, x (n-1)/n for all_gather, reduce_scatter and alltoall.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from meshplan import catalog
+from meshplan.costs.collectives import collective_s, group_span
+from meshplan.network.tuner import choose
+
+DATA = Path(__file__).parent / "data" / "nccl_tests_busbw.csv"
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+
+
+def measured_cluster(system: str):
+    """The catalog cluster each published system is: ND H100 v5 is a DGX H100-shaped HGX node;
+    NDm A100 v4 a DGX A100-shaped one whose nccl-tests drive all 8 HDR NICs (rails 8: the
+    catalog's rails 1 is what the SC21 training runs achieve, not what nccl-tests does)."""
+    if system == "nd-h100-v5":
+        return catalog.cluster("dgx-h100")
+    base = catalog.cluster("dgx-a100-80gb")
+    return base.model_copy(update={"levels": (base.levels[0], base.levels[1].model_copy(update={"rails": 8}))})
+
+
+def curve_points():
+    with DATA.open() as f:
+        return list(csv.DictReader(f))
+
+
+def model_busbw(row) -> float:
+    nodes, ppn = int(row["nodes"]), int(row["gpus_per_node"])
+    n = nodes * ppn
+    span = group_span(measured_cluster(row["system"]), n, 8 // ppn)
+    size = float(row["size_bytes"])
+    return size / collective_s(row["collective"], size, span) * BUS_FACTOR[row["collective"]](n) / 1e9
+
+
+def test_every_published_point_names_its_source_and_converts_consistently():
+    rows = curve_points()
+    assert len(rows) >= 60
+    for row in rows:
+        assert row["source"].startswith("https://github.com/")
+        if row["published"] == "time_us":  # the bus bandwidth column was derived from the time
+            n = int(row["nodes"]) * int(row["gpus_per_node"])
+            algbw = float(row["size_bytes"]) / (float(row["time_us"]) * 1e-6) / 1e9
+            assert float(row["busbw_gb_s"]) == pytest.approx(algbw * BUS_FACTOR[row["collective"]](n), rel=1e-3)
+
+
+#: (system, collective, nodes x gpus per node) curves the model reproduces within 15% bus
+#: bandwidth at every published size, smallest to largest
+WITHIN_15 = [
+    ("nd-h100-v5", "all_gather", 1, 8),  # 21 sizes, 1 KiB - 1 GiB
+    ("ndm-a100-v4", "all_reduce", 1, 8),  # 1 KiB and 1 GiB
+    ("ndm-a100-v4", "all_to_all", 1, 8),  # 1 KiB and 1 GiB
+    ("ndm-a100-v4", "all_gather", 2, 8),  # 1 GiB and 4 GiB (1 KiB: see below)
+    ("ndm-a100-v4", "all_reduce", 2, 8),
+    ("ndm-a100-v4", "all_to_all", 2, 8),
+]
+
+
+@pytest.mark.parametrize("system, collective, nodes, ppn", WITHIN_15)
+def test_published_nccl_tests_curves_within_15_percent(system, collective, nodes, ppn):
+    rows = [r for r in curve_points() if (r["system"], r["collective"], int(r["nodes"]), int(r["gpus_per_node"]))
+            == (system, collective, nodes, ppn)]
+    if nodes > 1:  # multi-node small messages: NCCL's latency model is 2-3x short (see below)
+        rows = [r for r in rows if float(r["size_bytes"]) >= 1 << 20]
+    assert rows
+    for row in rows:
+        assert model_busbw(row) == pytest.approx(float(row["busbw_gb_s"]), rel=0.15), row["size_bytes"]
+
+
+def test_published_curves_known_misses_stay_bounded():
+    """Where the model misses by more than 15% it stays within a stated bound, so a regression
+    shows: H100 all-reduce between 32 KiB and 64 MiB is up to 40% fast (NCCL 2.18.3 on ND H100 v5
+    is slower than today's tuning.cc model there); the 8-GPU A100 all-gather at 1 KiB by 16%;
+    multi-node 1 KiB latencies are 1.3-3.2x short of the measurement (NCCL's
+    network latencies leave out the proxy round trips a 1 KiB message pays); one GPU per node over HDR
+    reaches 16-19 GB/s in the measurement against the catalog's 22.5."""
+    worst = {}
+    for row in curve_points():
+        key = (row["system"], row["collective"], int(row["nodes"]))
+        error = abs(model_busbw(row) / float(row["busbw_gb_s"]) - 1)
+        worst[key] = max(worst.get(key, 0.0), error)
+    assert worst[("nd-h100-v5", "all_reduce", 1)] < 0.45
+    assert worst[("ndm-a100-v4", "all_gather", 1)] < 0.20
+    assert max(v for (s, c, nodes), v in worst.items() if nodes == 2) < 2.5
+
+
+def test_nccl_picks_ll_for_small_ll128_in_between_and_simple_for_large():
+    """tuning.cc: LL has the lowest latency and half the bandwidth, Simple the full bandwidth."""
+    span = group_span(catalog.cluster("dgx-a100-80gb"), 64, 1)
+    assert choose("all_gather", 1e3, span)[1] == "LL"
+    assert choose("all_gather", 4e6, span)[1] == "LL128"
+    assert choose("all_gather", 4e9, span)[1] == "Simple"
+
+
+def test_nvls_beats_ring_for_large_all_reduce_but_not_for_small():
+    """NVLink SHARP: each GPU sends the buffer once instead of 2(n-1)/n times, but its 25 us
+    latency (tuning.cc) loses to an LL ring for small messages (nccl-tests issue 212)."""
+    span = group_span(catalog.cluster("dgx-h100"), 8, 1)
+    assert choose("all_reduce", 1e9, span)[0] == "nvls"
+    assert choose("all_reduce", 1e3, span)[0] == "ring"
+    nvls = collective_s("all_reduce", 1e9, span, "nvls")
+    ring = collective_s("all_reduce", 1e9, span, "ring", "Simple")
+    level = catalog.cluster("dgx-h100").levels[0]
+    # bandwidth terms: 1 x buffer / (0.61 x 450 GB/s) against 2·7/8 x buffer / (0.82 x 450 GB/s)
+    expected = (2 * 7 / 8 / level.efficiency) / (1 / level.reduction_efficiency)
+    assert ring / nvls == pytest.approx(expected, rel=0.02)
+
+
+def test_sharp_in_the_network_beats_ring_and_tree_across_many_nodes():
+    """SHARP (CollNet): across nodes each link sends its share up once and receives it once
+    (Graham et al. 2016), against 2(k-1)/k for a ring; NCCL only takes it for large messages."""
+    base = catalog.cluster("dgx-h100")
+    ib = base.levels[1].model_copy(update={"in_network_reduction": True, "reduction_efficiency": 0.9})
+    sharp = base.model_copy(update={"levels": (base.levels[0], ib)})
+    span = group_span(sharp, 256, 1)
+    assert choose("all_reduce", 4e9, span)[0] == "collnet"
+    assert choose("all_reduce", 1e3, span)[0] != "collnet"
+    plain = group_span(base, 256, 1)
+    assert collective_s("all_reduce", 4e9, span) < 0.7 * collective_s("all_reduce", 4e9, plain)
+
+
+def test_forced_algorithm_and_protocol():
+    span = group_span(catalog.cluster("dgx-a100-80gb"), 8, 1)
+    ring_ll = collective_s("all_reduce", 1e6, span, "ring", "LL")
+    ring_simple = collective_s("all_reduce", 1e6, span, "ring", "Simple")
+    assert ring_ll != ring_simple
+    assert collective_s("all_reduce", 1e6, span) <= min(ring_ll, ring_simple)
+    # an algorithm the span cannot run falls back to the ring, as NCCL does with NCCL_ALGO
+    assert collective_s("all_gather", 1e6, span, "tree") == collective_s("all_gather", 1e6, span, "ring")
+    with pytest.raises(ValueError, match="unknown collective algorithm"):
+        collective_s("all_reduce", 1e6, span, "butterfly")  # type: ignore[arg-type]
+
+
+def test_tree_latency_grows_with_log_of_nodes_ring_linearly():
+    """Small all-reduce across many nodes: the tree's 2 log2(nodes) network steps beat the ring's
+    2(nodes-1) (Sanders et al. 2009; tuning.cc)."""
+    cluster = catalog.cluster("dgx-h100")
+    span = group_span(cluster, 256, 8)  # one GPU per node, 256 nodes
+    tree = collective_s("all_reduce", 1e4, span, "tree")
+    ring = collective_s("all_reduce", 1e4, span, "ring")
+    assert tree < ring / 10
+
+
+def test_halving_doubling_and_bucket_take_log_and_dimension_steps_on_a_torus():
+    """TPU v4 cube, 64 chips: the ring takes 63 steps a pass, halving-doubling log2(64) = 6,
+    the torus bucket algorithm 3 x (4 - 1) = 9 at full injection bandwidth (Jouppi et al. 2023)."""
+    cluster = catalog.cluster("tpu-v4-pod")
+    span = group_span(cluster, 64, 1)
+    lat = cluster.levels[0].latency_s
+    tiny = 64.0
+    assert collective_s("all_gather", tiny, span, "ring") == pytest.approx(63 * lat, rel=1e-3)
+    assert collective_s("all_gather", tiny, span, "halving_doubling") == pytest.approx(6 * lat, rel=1e-3)
+    assert collective_s("all_gather", tiny, span, "bucket") == pytest.approx(9 * lat, rel=1e-3)
+    # large: the bucket drives all six links, a ring embedded in the torus two of them
+    big = 1e10
+    level = cluster.levels[0]
+    assert collective_s("all_gather", big, span, "bucket") == pytest.approx(
+        63 / 64 * big / level.effective_bytes_per_s + 9 * lat, rel=1e-6)
+    assert collective_s("all_gather", big, span, "ring") == pytest.approx(
+        3 * 63 / 64 * big / level.effective_bytes_per_s + 63 * lat, rel=1e-6)
+
+
+def test_all_to_all_uses_ll_for_small_peer_chunks_and_simple_above_16_kib():
+    span = group_span(catalog.cluster("dgx-a100-80gb"), 8, 1)
+    assert choose("all_to_all", 8 * 16384, span)[1] == "LL"
+    assert choose("all_to_all", 8 * 16384 + 8, span)[1] == "Simple"
+
+
+SPANS = [("dgx-a100-80gb", 8, 1), ("dgx-a100-80gb", 64, 1), ("dgx-a100-80gb", 32, 8), ("dgx-h100", 8, 1),
+         ("dgx-h100", 512, 1), ("gb200-nvl72", 72, 1), ("gb200-nvl72", 288, 1), ("zionex-a100", 128, 1),
+         ("tpu-v4-pod", 64, 1), ("tpu-v4-pod", 4096, 1), ("tpu-v4-pod", 512, 8)]
+KINDS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(SPANS), st.sampled_from(KINDS), st.floats(1.0, 1e10), st.floats(1.0, 4.0))
+def test_a_bigger_message_is_never_faster(where, kind, size, factor):
+    cluster, n, stride = where
+    span = group_span(catalog.cluster(cluster), n, stride)
+    assert collective_s(kind, size * factor, span) >= collective_s(kind, size, span) * (1 - 1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(SPANS), st.sampled_from(KINDS), st.floats(1.0, 1e10), st.integers(0, 2), st.floats(1.0, 8.0))
+def test_more_bandwidth_is_never_slower(where, kind, size, level, factor):
+    name, n, stride = where
+    cluster = catalog.cluster(name)
+    if level >= len(cluster.levels):
+        level = len(cluster.levels) - 1
+    faster = list(cluster.levels)
+    faster[level] = faster[level].model_copy(update={"bytes_per_s": faster[level].bytes_per_s * factor})
+    quick = cluster.model_copy(update={"levels": tuple(faster)})
+    slow = collective_s(kind, size, group_span(cluster, n, stride))
+    assert collective_s(kind, size, group_span(quick, n, stride)) <= slow * (1 + 1e-12)
+
+
+def test_send_recv_is_bytes_over_the_link_plus_its_latency():
+    cluster = catalog.cluster("dgx-h100")
+    span = group_span(cluster, 2, 8)
+    level = cluster.levels[1]
+    assert collective_s("send_recv", 1e8, span) == pytest.approx(1e8 / level.effective_bytes_per_s + level.latency_s)
+    assert math.isfinite(collective_s("send_recv", 1.0, span))

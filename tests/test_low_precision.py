@@ -1,0 +1,66 @@
+"""FP8/FP4 training as Transformer Engine runs it: quantized saved inputs and cached weight copies."""
+
+import pytest
+
+from meshplan import api, catalog
+from meshplan.parallel.program import build_program
+
+
+def _layer_saved(precision: str, tp: int, sp: bool, recompute: str = "selective") -> float:
+    s = api.scenario("gpt3-175b", "dgx-h100", num_devices=tp, tp=tp, micro_batch_size=1, global_batch_size=1,
+                     seq_len=2048, sequence_parallel=sp, recompute=recompute, flash_attention=False, precision=precision)
+    return build_program(s).kinds["dense_layer"].saved_bytes
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_fp8_keeps_the_gemm_inputs_in_one_byte(tp):
+    """Korthikanti et al. 2022 Table 2 with the four GEMM inputs (QKV 2sbh and FC1 2sbh in the
+    sequence-parallel region; projection 2sbh and FC2 8sbh in the tensor-parallel one) kept in
+    FP8: 34·sbh/t becomes 27·sbh/t with sequence parallelism, 10 + 24/t becomes 8 + 19/t without."""
+    sbh = 2048 * 1 * 12288
+    assert _layer_saved("fp8", tp, sp=False) == pytest.approx(sbh * (8 + 19 / tp), rel=1e-12)
+    assert _layer_saved("bf16", tp, sp=False) == pytest.approx(sbh * (10 + 24 / tp), rel=1e-12)
+    if tp > 1:
+        assert _layer_saved("fp8", tp, sp=True) == pytest.approx(sbh * 27 / tp, rel=1e-12)
+    # full recompute keeps only the layer input, in 16 bits
+    assert _layer_saved("fp8", tp, sp=False, recompute="full") == _layer_saved("bf16", tp, sp=False, recompute="full")
+
+
+def test_fp8_caches_two_one_byte_copies_of_each_gemm_weight():
+    """Row- and column-wise FP8 copies of every decoder GEMM weight; the embedding, output layer
+    and norms stay 16-bit and have none."""
+    model = catalog.model("llama3-8b")
+    h, v = model.hidden_size, model.vocab_size
+    norms = model.num_layers * 2 * h + h
+    gemm_params = model.num_params - 2 * v * h - norms
+    fp8 = api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=1, global_batch_size=8, precision="fp8").memory
+    bf16 = api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=1, global_batch_size=8, precision="bf16").memory
+    assert fp8.low_precision_weights_bytes == pytest.approx(2.0 * gemm_params, rel=1e-9)
+    assert bf16.low_precision_weights_bytes == 0.0
+    assert fp8.weights_bytes == bf16.weights_bytes
+    assert fp8.activations_bytes < bf16.activations_bytes
+
+
+def test_fsdp_quantizes_only_the_gathered_layers():
+    kw = dict(num_devices=8, tp=1, global_batch_size=8, precision="fp8", recompute="full")
+    sharded = api.estimate("llama3-8b", "dgx-h100", zero_stage=3, **kw).memory
+    replicated = api.estimate("llama3-8b", "dgx-h100", zero_stage=1, **kw).memory
+    model = catalog.model("llama3-8b")
+    layer_gemm = (model.num_params - 2 * model.vocab_size * model.hidden_size) / model.num_layers - 2 * model.hidden_size
+    assert sharded.low_precision_weights_bytes == pytest.approx(2.0 * 2 * layer_gemm, rel=1e-3)
+    assert replicated.low_precision_weights_bytes > 10 * sharded.low_precision_weights_bytes
+
+
+def test_fp8_params_store_the_gemm_weights_in_one_byte():
+    """With FP8 primary weights the 16-bit copy of each GEMM weight is gone and only the
+    column-wise copy is extra: 16-bit edge weights + 1 byte + 1 byte per GEMM weight."""
+    model = catalog.model("llama3-8b")
+    edges = 2 * model.vocab_size * model.hidden_size + model.num_layers * 2 * model.hidden_size + model.hidden_size
+    gemm_params = model.num_params - edges
+    kw = dict(num_devices=8, tp=1, global_batch_size=8, precision="fp8")
+    own = api.estimate("llama3-8b", "dgx-h100", fp8_params=True, **kw).memory
+    assert own.weights_bytes == pytest.approx(2.0 * edges + gemm_params, rel=1e-9)
+    assert own.low_precision_weights_bytes == pytest.approx(gemm_params, rel=1e-9)
+    assert api.estimate("llama3-8b", "dgx-h100", framework="nemo", **kw).memory.weights_bytes == own.weights_bytes
+    bf16 = api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=1, global_batch_size=8, fp8_params=True).memory
+    assert bf16.weights_bytes == pytest.approx(2.0 * model.num_params, rel=1e-9)  # nothing to keep in FP8

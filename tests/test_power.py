@@ -1,0 +1,66 @@
+"""Power-capped clocks (meshplan.costs.power) against the H100 power measurements."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from meshplan import api, catalog
+from meshplan.costs import costed
+from meshplan.costs.power import capped_scale, dynamic_energy_j
+
+DATA = Path(__file__).parent / "data" / "h100-sxm"
+H100 = catalog.device("h100-sxm5-80gb")
+POWER = catalog.efficiency("hopper").power
+
+
+def _sustained(workload: str) -> dict:
+    return next(r for r in csv.DictReader((DATA / "power.csv").open()) if r["workload"] == workload)
+
+
+@pytest.mark.parametrize("workload, burst_tflops", [
+    # burst rates: the 8192^3 rows of shared/calibration/h100-sxm/gemm_bf16.csv and gemm_fp8.csv
+    ("gemm_bf16_8192", 738.3),
+    ("gemm_fp8_8192", 1252.5),
+])
+def test_the_cap_brings_a_burst_gemm_down_to_its_sustained_rate(workload, burst_tflops):
+    """15 s of back-to-back 8192^3 GEMMs sit at the 700 W cap and run slower than a burst: the
+    model's capped rate is within 5% of the measured one (672 and 1206 TFLOP/s)."""
+    row = _sustained(workload)
+    flop, hbm = float(row["flop"]), float(row["bytes"])
+    precision = "fp8" if "fp8" in workload else "bf16"
+    burst_s = flop / (burst_tflops * 1e12)
+    scale = capped_scale(POWER, H100.tdp_w, dynamic_energy_j(POWER, {precision: flop}, hbm), burst_s)
+    assert scale > 1.0
+    assert burst_tflops / scale == pytest.approx(float(row["tflop_per_s"]), rel=0.05)
+
+
+def test_streaming_hbm_stays_under_the_cap():
+    row = _sustained("hbm_copy_1GiB")
+    seconds, moved = float(row["seconds"]), float(row["bytes"])
+    assert capped_scale(POWER, H100.tdp_w, dynamic_energy_j(POWER, {}, moved), seconds) == 1.0
+    drawn = POWER.idle_w + dynamic_energy_j(POWER, {}, moved) / seconds
+    assert drawn == pytest.approx(float(row["avg_power_w"]), rel=0.02)
+
+
+def test_capped_steps_are_slower_and_decoding_is_not(monkeypatch):
+    """A compute-bound training step on H100 runs longer under its cap; a bandwidth-bound
+    decode step draws less than the cap and does not change."""
+    train = dict(model="llama3-8b", cluster="dgx-h100", num_devices=8, tp=1, global_batch_size=8, precision="fp8")
+    serve = dict(model="llama3-8b", cluster="dgx-h100", num_devices=1, task={"kind": "inference", "batch_size": 1,
+                                                                              "prompt_len": 128, "output_len": 64})
+    capped_step = api.estimate(**train).step_time_s
+    capped_decode = api.estimate(**serve).tpot_s
+    uncapped = catalog.efficiency("hopper").model_copy(update={"power": None})
+    monkeypatch.setattr(costed.catalog, "efficiency", lambda profile_id: uncapped)
+    assert capped_step > api.estimate(**train).step_time_s * 1.01
+    assert capped_decode == pytest.approx(api.estimate(**serve).tpot_s, rel=1e-9)
+
+
+def test_a_tdp_below_idle_power_is_refused():
+    device = H100.model_dump()
+    device.update(id="toy", tdp_w=50)
+    cluster = catalog.cluster("dgx-h100").model_dump()
+    cluster.update(id="toy-cluster", device=device)
+    with pytest.raises(Exception, match="tdp_w"):
+        api.estimate("llama3-8b", cluster, num_devices=8, tp=1, global_batch_size=8)
