@@ -3,15 +3,20 @@
     python benchmarks/calibrate.py ../shared/validation/public-cases.yaml --profile ampere
 
 One profile per device family, fitted once over every dense case that runs on it; no per-case
-constants. Each curve is a saturating function of kernel size, e_max / (1 + f_half / flop)
-(monotone: bigger kernels never run less efficiently), tabulated at decades of flop. The loss is the sum of |log(predicted / measured)| (robust to a few outliers). The
-printed YAML goes into src/meshplan/catalog/efficiency.yaml by hand, with the fit's error.
-Needs scipy (a development tool, not a meshplan dependency).
+constants. A profile with kernel models (``kernels:``, meshplan.costs.kernels) keeps their form,
+tiles, K prologue, wave quantization, memory-op classes and launch costs and fits only the
+main-loop fractions of the per-SM peak (GEMM; attention forward and backward) and
+overlap_slowdown. A profile without them fits its curves: each a saturating function of kernel
+size, e_max / (1 + f_half / flop) (monotone: bigger kernels never run less efficiently),
+tabulated at decades of flop. The loss is the sum of |log(predicted / measured)| (robust to a
+few outliers). The printed YAML goes into src/meshplan/catalog/efficiency.yaml by hand, with the
+fit's error. Needs scipy (a development tool, not a meshplan dependency).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 
 from scipy.optimize import minimize
@@ -39,6 +44,43 @@ def _set_profile(profile: str, matmul, attention, slowdown: float, overhead_s: f
     catalog.efficiency.cache_clear()
 
 
+def _set_kernels(profile: str, gemm: float, forward: float, backward: float, slowdown: float) -> None:
+    raw = catalog._raw("efficiency")
+    kernels = copy.deepcopy(raw[profile]["kernels"])
+    for g in kernels["gemm"].values():
+        g["sm_fraction"] = float(gemm)
+    kernels["attention"]["forward"]["sm_fraction"] = float(forward)
+    kernels["attention"]["backward"]["sm_fraction"] = float(backward)
+    raw[profile] = {**raw[profile], "kernels": kernels, "overlap_slowdown": float(slowdown)}
+    catalog.efficiency.cache_clear()
+
+
+def fit_kernels(profile: str, cases) -> None:
+    """Fit the kernel models' per-SM fractions and overlap_slowdown of ``profile`` on ``cases``."""
+    sig = lambda v: 1.0 / (1.0 + math.exp(-v))  # noqa: E731
+
+    def unpack(x):
+        return tuple(sig(v) for v in x)
+
+    def loss(x):
+        _set_kernels(profile, *unpack(x))
+        return sum(abs(math.log(r.predicted_step_time_s / r.measured_step_time_s)) for r in (run_case(c, i) for i, c in cases))
+
+    k = catalog.efficiency(profile).kernels
+    start = [k.gemm_of("bf16").sm_fraction, k.attention.forward.sm_fraction, k.attention.backward.sm_fraction,
+             catalog.efficiency(profile).overlap_slowdown]
+    best = minimize(loss, [math.log(v / (1.0 - v)) for v in start], method="Nelder-Mead",
+                    options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-4})
+    gemm, forward, backward, slowdown = unpack(best.x)
+    _set_kernels(profile, gemm, forward, backward, slowdown)
+    results = [run_case(c, i) for i, c in cases]
+    errors = sorted(abs(r.relative_error) for r in results)
+    print(f"# {profile}: {len(results)} cases, median |error| {errors[len(errors) // 2]:.1%}, max {errors[-1]:.1%}")
+    print(f"# kernels: gemm sm_fraction {gemm:.4f}; attention forward {forward:.4f}, backward {backward:.4f}; overlap_slowdown {slowdown:.3f}")
+    for r in results:
+        print(f"  {r.id:45s} {r.relative_error:+.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases")
@@ -50,6 +92,9 @@ def main() -> None:
         if (c.get("model") or {}).get("arch", "dense") == "dense"
         and catalog.device(catalog.cluster(c["hardware"]["cluster"]).device.id).efficiency == args.profile
     ]
+    if catalog.efficiency(args.profile).kernels is not None:
+        fit_kernels(args.profile, cases)
+        return
     sig = lambda v: 1.0 / (1.0 + math.exp(-v))  # noqa: E731
 
     def unpack(x):

@@ -7,6 +7,9 @@ curves (meshplan.costs.efficiency) and every kernel pays a fixed launch overhead
 A kernel's size for its efficiency curve is max(flop, bytes x ridge), with the ridge point
 (flop per byte) of the device family's profile: a kernel that streams a large KV cache or weight
 matrix for few flop (decoding) is a big kernel, not a small one.
+
+A profile with kernel models (``kernels:``, meshplan.costs.kernels) times GEMMs, attention and
+memory-bound kernels from their shapes instead of the size curves.
 """
 
 from __future__ import annotations
@@ -16,18 +19,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.costs.efficiency import achieved_fraction
+from meshplan.costs.kernels import AttentionShape, Chip, attention_s, gemm_s, gemm_traffic_bytes, memory_op_s
+from meshplan.errors import MeshplanError
 from meshplan.specs.device import Device, Efficiency
+from meshplan.specs.kernels import KernelModels
+
+__all__ = ["Roofline", "gemm_traffic_bytes", "attention_precision"]
 
 
-def gemm_traffic_bytes(u_bytes, v_bytes, w_bytes, buffer_bytes):
-    """HBM traffic of a GEMM with inputs of U and V bytes and an output of W bytes.
-
-    COMET Sec. 3.3.2: one operand is tiled to fit the on-chip buffer of S bytes, the other is
-    streamed once per tile; traffic = min(ceil(U/S)·V + U, ceil(V/S)·U + V) + W.
-    """
-    psi1 = np.ceil(u_bytes / buffer_bytes) * v_bytes + u_bytes
-    psi2 = np.ceil(v_bytes / buffer_bytes) * u_bytes + v_bytes
-    return np.minimum(psi1, psi2) + w_bytes
+def attention_precision(precision: str) -> str:
+    """Attention runs in 16 bits when the GEMMs run in fp8 or fp4 (Transformer Engine keeps
+    dot-product attention in bf16 unless FP8 attention is asked for)."""
+    return "bf16" if precision in ("fp8", "fp4") else precision
 
 
 @dataclass(frozen=True)
@@ -39,20 +42,39 @@ class Roofline:
     buffer_bytes: float
     efficiency: Efficiency
     lookup_bytes_per_s: float  # achieved HBM bandwidth of embedding lookups
+    precision: str = "bf16"
+    kernels: KernelModels | None = None  # the profile's kernel models, if it has them
+    chip: Chip | None = None  # the device for GEMMs, in ``precision``
+    attention_chip: Chip | None = None  # the device for attention, in attention_precision()
 
     @classmethod
     def of(cls, device: Device, efficiency: Efficiency, precision: str) -> "Roofline":
         lookup = efficiency.memory if efficiency.lookup is None else efficiency.lookup
+        kernels = efficiency.kernels
+        chip = attention_chip = None
+        if kernels is not None:
+            if device.sm_count is None:
+                raise MeshplanError("device.sm_count", None, f"a whole number: the {device.efficiency} profile times kernels by tiles over the SMs")
+            chip = Chip(device.peak(precision), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
+            attention = attention_precision(precision)
+            attention_chip = Chip(device.peak(attention), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
         return cls(
             peak_flop_per_s=device.peak(precision),
             bytes_per_s=device.hbm_bytes_per_s * efficiency.memory,
             buffer_bytes=device.sram_bytes,
             efficiency=efficiency,
             lookup_bytes_per_s=device.hbm_bytes_per_s * lookup,
+            precision=precision,
+            kernels=kernels,
+            chip=chip,
+            attention_chip=attention_chip,
         )
 
     def matmul_s(self, m, k, n, element_bytes):
-        """One GEMM (m x k)·(k x n): max(compute, memory) + launch overhead."""
+        """One GEMM (m x k)·(k x n): from its tiles (meshplan.costs.kernels.gemm_s) where the
+        profile has kernel models, else max(compute, memory) + launch overhead."""
+        if self.kernels is not None:
+            return gemm_s(m, k, n, element_bytes, self.kernels.gemm_of(self.precision), self.chip)
         flop = 2.0 * m * k * n
         traffic = gemm_traffic_bytes(m * k * element_bytes, k * n * element_bytes, m * n * element_bytes, self.buffer_bytes)
         compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.matmul, self._size(flop, traffic)))
@@ -62,12 +84,26 @@ class Roofline:
         """Work in flop-equivalents: max(flop, bytes x the profile's ridge point)."""
         return np.maximum(flop, traffic_bytes * self.efficiency.size_flop_per_byte)
 
+    def attention_op_s(self, shape: AttentionShape | None, flop, traffic_bytes, backward: bool):
+        """One attention call, forward or backward: from its shape where the profile has kernel
+        models (meshplan.costs.kernels.attention_s), else from its flop on the size curve
+        (backward: twice the forward's flop and bytes, COMET Table 1)."""
+        if self.kernels is not None and shape is not None:
+            element = 4.0 if self.precision == "fp32" else 2.0
+            return attention_s(shape, self.kernels.attention, element, traffic_bytes, self.attention_chip, backward)
+        scale = 2.0 if backward else 1.0
+        return self.attention_s(scale * flop, scale * traffic_bytes)
+
     def attention_s(self, flop, traffic_bytes):
         compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.attention, self._size(flop, traffic_bytes)))
         return np.maximum(compute, traffic_bytes / self.bytes_per_s) + self.efficiency.kernel_overhead_s
 
-    def memory_s(self, traffic_bytes):
-        """A streaming (elementwise, optimizer) kernel."""
+    def memory_s(self, traffic_bytes, kind: str = "copy"):
+        """A streaming (elementwise, optimizer) kernel of class ``kind`` (specs.kernels.MemoryClass):
+        at its class's measured bandwidth where the profile has kernel models
+        (meshplan.costs.kernels.memory_op_s), else at the profile's streaming bandwidth."""
+        if self.kernels is not None:
+            return memory_op_s(traffic_bytes, kind, self.kernels.memory, self.chip.hbm_bytes_per_s)
         return traffic_bytes / self.bytes_per_s + self.efficiency.kernel_overhead_s
 
     def lookup_s(self, traffic_bytes):

@@ -69,13 +69,14 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float) -> OpTimes:
         bwd = float(roof.matmul_s(op.m, op.n, op.k, element_bytes)) + weight
         return OpTimes(float(fwd), bwd, weight)
     if kind == "attention":
-        fwd = roof.attention_s(op.flop, op.bytes)
-        bwd = roof.attention_s(2.0 * op.flop, 2.0 * op.bytes)
+        fwd = roof.attention_op_s(op.attention, op.flop, op.bytes, backward=False)
+        bwd = roof.attention_op_s(op.attention, op.flop, op.bytes, backward=True)
         return OpTimes(float(fwd), float(bwd))
     if kind == "lookup":  # rows gathered: the lookup bandwidth; backward moves twice the bytes
         return OpTimes(float(roof.lookup_s(op.bytes)), float(roof.lookup_s(2.0 * op.bytes)))
-    fwd = roof.memory_s(op.bytes)
-    return OpTimes(float(fwd), float(roof.memory_s(2.0 * op.bytes)))
+    memory_class = op.op.memory_class
+    fwd = roof.memory_s(op.bytes, memory_class)
+    return OpTimes(float(fwd), float(roof.memory_s(2.0 * op.bytes, memory_class)))
 
 
 def comm_s(comm: Comm, backward: bool = False) -> float:
@@ -205,7 +206,7 @@ def cost_program(program: Program) -> CostedProgram:
     dp_s = sum(comm_s(c) for c in program.dp_comms)
     gathers = [c for c in program.zero3_comms if c.kind == "all_gather"]
     scatters = [c for c in program.zero3_comms if c.kind == "reduce_scatter"]
-    optimizer_s = float(roof.memory_s(program.optimizer_params * ADAM_BYTES_PER_PARAM))
+    optimizer_s = float(roof.memory_s(program.optimizer_params * ADAM_BYTES_PER_PARAM, "optimizer"))
     return CostedProgram(
         program=program,
         kinds=kinds,

@@ -44,6 +44,9 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
     device = first.cluster.device
     profile = catalog.efficiency(device.efficiency)
     best = max(f for curve in (profile.matmul, profile.attention) for _, f in curve.points)
+    if profile.kernels is not None:  # no kernel runs above its main loop's fraction of the peak
+        k = profile.kernels
+        best = max(best, *(g.sm_fraction for g in k.gemm.values()), k.attention.forward.sm_fraction, k.attention.backward.sm_fraction)
 
     per_shape: dict[tuple, float] = {}
     rows = []

@@ -22,7 +22,7 @@ from meshplan.parallel.memory import (
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
-from meshplan.workloads.ops import Block, Graph, Op, Saved
+from meshplan.workloads.ops import AttentionShape, Block, Graph, Op, Saved
 from meshplan.workloads.transformer import lower
 
 #: Megatron-LM's default DDP bucket (40M parameters), used for every data-parallel collective
@@ -40,6 +40,7 @@ class ShardedOp:
     m: float
     k: float
     n: float
+    attention: AttentionShape | None = None  # attention ops: the shape of this device's call
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,20 @@ def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None) -
         return ShardedOp(op, 2.0 * m * k * n, 0.0, m, k, n)
     if op.kind == "lookup":  # vocab-parallel: every rank writes the full (masked) output
         return ShardedOp(op, 0.0, op.bytes / cp, 0, 0, 0)
-    return ShardedOp(op, op.flop / (split * cp), op.bytes / (split * cp), 0, 0, 0)
+    shape = _shard_attention(op.attention, tp, cp) if op.attention is not None else None
+    return ShardedOp(op, op.flop / (split * cp), op.bytes / (split * cp), 0, 0, 0, shape)
+
+
+def _shard_attention(shape: AttentionShape, tp: int, cp: int) -> AttentionShape:
+    """One device's attention call: heads split tp ways (key/value heads too, at least one per
+    rank: Megatron replicates them when tp exceeds them); with context parallelism each rank
+    holds seq/cp queries and, with Megatron's load-balanced causal split (two chunks per rank,
+    Megatron-Core context parallelism), computes on 1/cp of the causal work: seq/cp queries that
+    come last of (seq + seq/cp)/2 keys do exactly that (kernels.keys_per_query)."""
+    seq, kv = shape.seq / cp, shape.kv
+    if cp > 1:
+        kv = (shape.kv + seq) / 2.0 if shape.causal else shape.kv
+    return replace(shape, heads=shape.heads / tp, kv_heads=max(shape.kv_heads / tp, 1.0), seq=seq, kv=kv)
 
 
 def saved_bytes(saved: tuple[Saved, ...], tp: int, cp: int, sp: bool, drop_scores: bool, scale: float = 1.0) -> float:

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from meshplan.specs.base import Bytes, BytesPerS, FlopPerS, Fraction, Seconds, Spec
+from meshplan.specs.kernels import KernelModels
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
@@ -82,6 +83,9 @@ class Efficiency(Spec):
     # flop-equivalents per byte when sizing a kernel for its curve: the family's ridge point,
     # fixed here so that a faster memory or compute never shrinks a kernel's size
     size_flop_per_byte: float = Field(default=0.0, ge=0.0)
+    # GEMM, attention and memory-bound kernel times from their shapes (meshplan.costs.kernels);
+    # where given, they replace the matmul and attention curves and the streaming fraction
+    kernels: KernelModels | None = None
     # sustained power: work drawing more than the device's TDP runs at lower clocks; None: the
     # family has no power measurement and runs uncapped (its fit then absorbs the cap)
     power: PowerModel | None = None
@@ -96,12 +100,17 @@ class Device(Spec):
     hbm_bytes_per_s: BytesPerS
     sram_bytes: Bytes  # on-chip buffer used by COMET's GEMM traffic model (L2 / shared SRAM)
     tdp_w: float = Field(gt=0)
+    # streaming multiprocessors (NVIDIA), compute units (AMD) or matrix units (TPU) that GEMM
+    # and attention tiles spread over; needed by profiles with kernel models
+    sm_count: int | None = Field(default=None, ge=1, le=100_000)
     efficiency: str  # a profile id in catalog/efficiency.yaml
     sources: dict[str, str]
 
     @model_validator(mode="after")
     def _every_number_has_a_source(self) -> "Device":
         needed = {"peak_flop_per_s", "hbm_bytes", "hbm_bytes_per_s", "sram_bytes", "tdp_w"}
+        if self.sm_count is not None:
+            needed.add("sm_count")
         missing = needed - set(self.sources)
         if missing:
             raise ValueError(f"sources must cite {sorted(missing)}")

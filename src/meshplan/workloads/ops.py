@@ -28,6 +28,28 @@ class Saved:
     attention_scores: bool = False  # the s^2 terms that selective recompute drops
 
 
+#: memory-bound kernel classes (meshplan.specs.kernels.MemoryClass): how fast an op streams
+MemoryClass = Literal["copy", "add", "activation", "gated_activation", "norm", "softmax", "optimizer"]
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """The shape of an attention call: ``batch`` sequences of ``seq`` queries over ``kv`` keys,
+    ``heads`` query heads sharing ``kv_heads`` key/value heads, head widths ``qk_dim`` (scores)
+    and ``v_dim`` (values), with a causal mask or not, flash-fused (FlashAttention, Dao et al.
+    2022) or not. Kernel models time attention from it (meshplan.costs.kernels)."""
+
+    batch: float
+    heads: float
+    kv_heads: float
+    seq: float
+    kv: float
+    qk_dim: float
+    v_dim: float
+    causal: bool = True
+    flash: bool = True
+
+
 @dataclass(frozen=True)
 class Op:
     """One kernel of the forward pass for one micro-batch (all tokens, all heads).
@@ -52,6 +74,8 @@ class Op:
     params: float = 0.0
     expert: bool = False  # routed-expert weights: split over expert parallelism
     saved: tuple[Saved, ...] = ()
+    attention: AttentionShape | None = None  # attention ops: the call's full (unsharded) shape
+    memory_class: MemoryClass = "copy"  # elementwise ops: which kind of streaming kernel
     # a GEMM that FP8/FP4 training runs in low precision, keeping its saved input quantized:
     # every linear layer of the decoder; the embedding, output layer and MoE router stay 16-bit
     # (DeepSeek-V3 report, Sec. 3.3; Megatron-Core builds the output layer outside Transformer

@@ -10,8 +10,10 @@ multi-head latent attention follows DeepSeek-V2 (Liu et al. 2024), Sec. 2.1.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from meshplan.specs.model import TransformerModel
-from meshplan.workloads.ops import Block, Graph, Op, Saved
+from meshplan.workloads.ops import AttentionShape, Block, Graph, Op, Saved
 
 MASK_BYTES = 1.0  # dropout masks are stored as bytes (Korthikanti et al. 2022, Sec. 4.1)
 
@@ -35,9 +37,11 @@ def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: flo
     )
 
 
-def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_read_width, act_bytes, flash_attention) -> Op:
+def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_read_width, act_bytes, flash_attention,
+                    kv_heads: int | None = None) -> Op:
     """Scores and context of all heads: 2·b·s·kv·a·(d_qk + d_v) flop (4·b·s²·a·d for plain MHA;
-    Megatron Eq. 3 counts the full square, no causal halving)."""
+    Megatron Eq. 3 counts the full square, no causal halving). The op carries its shape (causal,
+    as every decoder-only model), from which kernel models time it."""
     t = float(micro_batch * seq_len)
     a = model.num_attention_heads
     flop = 2.0 * micro_batch * seq_len * kv_len * (qk_width + v_width)
@@ -58,7 +62,11 @@ def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_r
             Saved("dropout_mask", scores * MASK_BYTES, "tp", attention_scores=True),
             Saved("dropout_out", scores * act_bytes, "tp", attention_scores=True),
         )
-    return Op("attention", "attention", "tp", flop=flop, bytes=traffic, saved=extra)
+    shape = AttentionShape(
+        batch=micro_batch, heads=a, kv_heads=kv_heads or a, seq=seq_len, kv=kv_len,
+        qk_dim=qk_width / a, v_dim=v_width / a, causal=True, flash=flash_attention,
+    )
+    return Op("attention", "attention", "tp", flop=flop, bytes=traffic, saved=extra, attention=shape)
 
 
 def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int) -> tuple[Op, ...]:
@@ -68,14 +76,14 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
     a = model.num_attention_heads
     x = t * h * act_bytes
     norm_params = (2.0 if model.norm == "layernorm" else 1.0) * h
-    ops = [Op("norm_attn", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_attn_in", x, "sp"),))]
+    ops = [Op("norm_attn", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_attn_in", x, "sp"),), memory_class="norm")]
     if model.mla:
         m = model.mla
         qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
         if m.q_lora_rank:
             ops += [
                 _matmul("q_down", t, h, m.q_lora_rank, "", h * m.q_lora_rank, (Saved("q_down_in", x, "sp"),)),
-                Op("q_norm", "elementwise", "none", flop=5.0 * t * m.q_lora_rank, bytes=2.0 * t * m.q_lora_rank * act_bytes, params=m.q_lora_rank),
+                Op("q_norm", "elementwise", "none", flop=5.0 * t * m.q_lora_rank, bytes=2.0 * t * m.q_lora_rank * act_bytes, params=m.q_lora_rank, memory_class="norm"),
                 _matmul("q_up", t, m.q_lora_rank, a * qk, "n", m.q_lora_rank * a * qk, (Saved("q_up_in", t * m.q_lora_rank * act_bytes, "none"),)),
             ]
         else:
@@ -83,7 +91,7 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         latent = m.kv_lora_rank + m.qk_rope_head_dim
         ops += [
             _matmul("kv_down", t, h, latent, "", h * latent, (Saved("kv_down_in", x, "sp"),)),
-            Op("kv_norm", "elementwise", "none", flop=5.0 * t * m.kv_lora_rank, bytes=2.0 * t * m.kv_lora_rank * act_bytes, params=m.kv_lora_rank),
+            Op("kv_norm", "elementwise", "none", flop=5.0 * t * m.kv_lora_rank, bytes=2.0 * t * m.kv_lora_rank * act_bytes, params=m.kv_lora_rank, memory_class="norm"),
             _matmul("kv_up", t, m.kv_lora_rank, a * (m.qk_nope_head_dim + v), "n", m.kv_lora_rank * a * (m.qk_nope_head_dim + v),
                     (Saved("kv_up_in", t * m.kv_lora_rank * act_bytes, "none"),)),
         ]
@@ -91,19 +99,19 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         kv_read = a * (qk + v) if kv_len == seq_len else latent
         core = _attention_core(model, micro_batch, seq_len, kv_len, a * qk, a * v, kv_read, act_bytes, flash_attention)
         saved = (Saved("q", t * a * qk * act_bytes, "tp"), Saved("kv", t * a * (qk + v) * act_bytes, "tp"))
-        ops.append(Op(core.name, core.kind, core.shard, flop=core.flop, bytes=core.bytes, saved=saved + core.saved))
+        ops.append(replace(core, saved=saved + core.saved))
         ops.append(_matmul("proj", t, a * v, h, "k", a * v * h, (Saved("proj_in", t * a * v * act_bytes, "tp"),)))
     else:
         d, kv = model.dim_per_head, model.kv_heads
         q_width, kv_width = float(a * d), float(kv * d)
         ops.append(_matmul("qkv", t, h, q_width + 2 * kv_width, "n", h * (q_width + 2 * kv_width) + q_width + 2 * kv_width, (Saved("qkv_in", x, "sp"),)))
-        core = _attention_core(model, micro_batch, seq_len, kv_len, q_width, q_width, 2 * kv_width, act_bytes, flash_attention)
+        core = _attention_core(model, micro_batch, seq_len, kv_len, q_width, q_width, 2 * kv_width, act_bytes, flash_attention, kv)
         saved = (
             Saved("q", t * q_width * act_bytes, "tp"),
             Saved("k", t * kv_width * act_bytes, "tp"),
             Saved("v", t * kv_width * act_bytes, "tp"),
         )
-        ops.append(Op(core.name, core.kind, core.shard, flop=core.flop, bytes=core.bytes, saved=saved + core.saved))
+        ops.append(replace(core, saved=saved + core.saved))
         ops.append(_matmul("proj", t, q_width, h, "k", q_width * h + h, (Saved("proj_in", t * q_width * act_bytes, "tp"),)))
     mask = t * h * MASK_BYTES
     ops.append(Op("residual_attn", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_attn", mask, "sp"),)))
@@ -127,6 +135,7 @@ def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_
             flop=8.0 * tokens * f,
             bytes=(up_width + f) * tokens * act_bytes,
             saved=(Saved(f"{prefix}_activation_in", up_width * tokens * act_bytes, "tp"),),
+            memory_class="gated_activation" if model.ffn_matrices == 3 else "activation",
         ),
         _matmul(f"{prefix}_down", tokens, f, h, "k", copies * (f * h + h), (Saved(f"{prefix}_down_in", tokens * f * act_bytes, "tp"),), experts > 0),
     )
@@ -139,7 +148,7 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
     x = t * h * act_bytes
     mask = t * h * MASK_BYTES
     norm_params = (2.0 if model.norm == "layernorm" else 1.0) * h
-    ops = [Op("norm_mlp", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_mlp_in", x, "sp"),))]
+    ops = [Op("norm_mlp", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_mlp_in", x, "sp"),), memory_class="norm")]
     if not moe:
         ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes)
     else:
@@ -147,7 +156,7 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
         routed = t * m.top_k * m.routed_factor  # token copies the busiest device's experts take
         ops += [
             _matmul("router", t, h, m.num_experts, "", h * m.num_experts, (Saved("router_in", x, "sp"),), low_precision=False),
-            Op("router_topk", "elementwise", "sp", flop=5.0 * t * m.num_experts, bytes=2.0 * t * m.num_experts * 4.0),
+            Op("router_topk", "elementwise", "sp", flop=5.0 * t * m.num_experts, bytes=2.0 * t * m.num_experts * 4.0, memory_class="softmax"),
             # permute token copies into expert order before dispatch, and back after combine
             Op("dispatch_permute", "elementwise", "sp", bytes=2.0 * t * m.top_k * h * act_bytes),
             *_ffn_ops(model, "experts", routed, m.expert_ffn_hidden_size, act_bytes, experts=m.num_experts),
@@ -210,10 +219,11 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     tail = Block(
         "head",
         (
-            Op("norm_final", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_final_in", x, "sp"),)),
+            Op("norm_final", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_final_in", x, "sp"),), memory_class="norm"),
             _matmul("logits", t, h, v, "n", 0.0 if model.tied_embeddings else v * h, (Saved("logits_in", x, "sp"),), low_precision=False),
             # cross-entropy in fp32 over the vocabulary shard (Korthikanti: 4·s·b·v/t bytes)
-            Op("cross_entropy", "elementwise", "tp", flop=5.0 * t * v, bytes=3.0 * t * v * 4.0, saved=(Saved("logits_fp32", 4.0 * t * v, "tp"),)),
+            Op("cross_entropy", "elementwise", "tp", flop=5.0 * t * v, bytes=3.0 * t * v * 4.0, saved=(Saved("logits_fp32", 4.0 * t * v, "tp"),),
+               memory_class="softmax"),
         ),
         1,
     )

@@ -1,0 +1,129 @@
+"""Kernel models of a device family: the parameters of GEMM, attention and memory-bound kernel
+times (meshplan.costs.kernels), fitted on measured kernels. See catalog/efficiency.yaml.
+
+Every parameter is per device family, and the same formulas serve every family: a family
+differs in its numbers (tile, per-SM efficiency, launch cost), never in its code.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from meshplan.specs.base import Fraction, Seconds, Spec
+
+#: memory-bound kernel classes, by how fast they stream (memory_ops.csv of the calibration data)
+MemoryClass = Literal["copy", "add", "activation", "gated_activation", "norm", "softmax", "optimizer"]
+
+
+class GemmKernel(Spec):
+    """A tiled GEMM in one precision: output tiles in waves over the SMs, a per-tile main loop
+    over K.
+
+    ``tile``: (rows, columns) of one output tile; ``split_k``: the K-splits the library may pick
+    (the fastest one is taken, as cuBLAS's heuristics do); ``sm_fraction``: main-loop fraction of
+    the per-SM peak; ``prologue_k``: a tile's fixed prologue and epilogue, in K elements of its
+    main loop; ``wave_quantization``: the share of an unfilled last wave that is paid (1: whole
+    waves, as in NVIDIA's Matrix Multiplication Background guide; less where persistent or
+    stream-K kernels balance the tail); ``split_reduce_passes``: fp32 partial outputs each split
+    writes and the reduction reads, in passes over m·n·4 bytes; ``launch_s``: added to every GEMM.
+    """
+
+    tile: tuple[int, int] = Field(default=(128, 128))
+    split_k: tuple[int, ...] = Field(default=(1,), min_length=1)
+    sm_fraction: Fraction
+    prologue_k: float = Field(ge=0.0)
+    wave_quantization: float = Field(ge=0.0, le=1.0)
+    split_reduce_passes: float = Field(default=0.0, ge=0.0)
+    launch_s: Seconds
+    isolated_floor_s: Seconds = 0.0  # see KernelModels
+    isolated_overhead_s: Seconds = 0.0  # see KernelModels
+
+    @model_validator(mode="after")
+    def _valid(self) -> "GemmKernel":
+        if min(self.tile) < 1 or min(self.split_k) < 1:
+            raise ValueError("tile sizes and split_k factors must be >= 1")
+        return self
+
+
+class AttentionPass(Spec):
+    """One pass (forward or backward) of flash attention, as GemmKernel over query blocks.
+
+    ``sm_fraction``: main-loop fraction of the per-SM peak; ``prologue_kv``: per-tile fixed cost
+    in keys of main loop; ``wave_quantization`` as for GEMMs; ``q_passes`` / ``kv_passes``:
+    extra passes over the Q (and O) and the K, V bytes beyond the main loop (the backward's
+    preprocessing, dQ accumulation in fp32, dK/dV reduction over grouped heads); ``launch_s``.
+    """
+
+    sm_fraction: Fraction
+    prologue_kv: float = Field(ge=0.0)
+    wave_quantization: float = Field(ge=0.0, le=1.0)
+    q_passes: float = Field(default=0.0, ge=0.0)
+    kv_passes: float = Field(default=0.0, ge=0.0)
+    launch_s: Seconds
+    isolated_floor_s: Seconds = 0.0  # see KernelModels
+    isolated_overhead_s: Seconds = 0.0  # see KernelModels
+
+
+class AttentionKernel(Spec):
+    """Flash attention (Dao 2023, FlashAttention-2): one CTA per (batch, head, block of
+    ``block_q`` queries), forward and backward fitted apart (backward is slower per flop)."""
+
+    block_q: int = Field(default=128, ge=1)
+    forward: AttentionPass
+    backward: AttentionPass
+    source: str
+
+
+class MemoryClassKernel(Spec):
+    """One class of memory-bound kernel: achieved fraction of HBM bandwidth on the bytes it reads
+    once and writes once (above 1 only where the class re-reads from cache), and a fixed cost
+    per call (its launch and the ramp of a small kernel; eager ops such as silu·mul run two)."""
+
+    fraction: float = Field(gt=0.0, le=2.0)
+    launch_s: Seconds
+
+
+class MemoryKernels(Spec):
+    """Memory-bound kernels per class (``copy`` required: it serves every class not listed)."""
+
+    classes: dict[MemoryClass, MemoryClassKernel]
+    isolated_floor_s: Seconds = 0.0  # see KernelModels
+    isolated_overhead_s: Seconds = 0.0  # see KernelModels
+    source: str
+
+    @model_validator(mode="after")
+    def _valid(self) -> "MemoryKernels":
+        if "copy" not in self.classes:
+            raise ValueError("classes must give copy (it serves every class not listed)")
+        return self
+
+    def of(self, kind: str) -> MemoryClassKernel:
+        return self.classes.get(kind, self.classes["copy"])  # type: ignore[call-overload]
+
+
+class KernelModels(Spec):
+    """The kernel models of one device family.
+
+    An isolated, synchronised call in the calibration harness measures more than the kernel
+    costs inside a stream: each kind's ``isolated_overhead_s`` more per call (host dispatch
+    through eager PyTorch and event timing; estimated from the same kernel timed alone and back
+    to back), and at least its ``isolated_floor_s`` (for the attention backward, autograd's). The kernel
+    tests compare against max(floor, kernel time + overhead); estimates apply neither (in a
+    training step the host runs ahead of the GPU).
+    """
+
+    gemm: dict[Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"], GemmKernel]  # bf16 serves precisions not listed
+    attention: AttentionKernel
+    memory: MemoryKernels
+    source: str
+
+    @model_validator(mode="after")
+    def _bf16_gemm(self) -> "KernelModels":
+        if "bf16" not in self.gemm:
+            raise ValueError("gemm must give bf16 (it serves every precision not listed)")
+        return self
+
+    def gemm_of(self, precision: str) -> GemmKernel:
+        return self.gemm.get(precision, self.gemm["bf16"])  # type: ignore[call-overload]
