@@ -64,3 +64,16 @@ def test_fp8_params_store_the_gemm_weights_in_one_byte():
     assert api.estimate("llama3-8b", "dgx-h100", framework="nemo", **kw).memory.weights_bytes == own.weights_bytes
     bf16 = api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=1, global_batch_size=8, fp8_params=True).memory
     assert bf16.weights_bytes == pytest.approx(2.0 * model.num_params, rel=1e-9)  # nothing to keep in FP8
+
+
+def test_fp8_plans_keep_the_output_layer_gemm_in_16_bits():
+    """The logits GEMM of an FP8 plan takes as long as in a bf16 plan; a decoder GEMM is faster."""
+    from meshplan.costs.costed import cost_program
+
+    def costed(precision):
+        s = api.scenario("llama3-8b", "dgx-h100", num_devices=8, tp=1, global_batch_size=8, precision=precision)
+        return cost_program(build_program(s))
+
+    fp8, bf16 = costed("fp8"), costed("bf16")
+    assert fp8.roles[0].edge_ops["logits"].forward_s == pytest.approx(bf16.roles[0].edge_ops["logits"].forward_s, rel=1e-12)
+    assert fp8.kinds["dense_layer"].ops["mlp_up"].forward_s < 0.8 * bf16.kinds["dense_layer"].ops["mlp_up"].forward_s

@@ -11,6 +11,7 @@ from meshplan.costs.compute import Roofline
 from meshplan.costs.power import capped_scale, dynamic_energy_j, op_work
 from meshplan.errors import MeshplanError
 from meshplan.parallel.program import Comm, Program, ShardedOp
+from meshplan.specs.device import BYTES_PER_ELEMENT
 
 #: the reverse of each collective in backward (all-gather's gradient is a reduce-scatter)
 BACKWARD_OF = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "send_recv": "send_recv", "all_to_all": "all_to_all"}
@@ -60,8 +61,12 @@ class CostedProgram:
     overlap_slowdown: float  # of the device's efficiency profile
 
 
-def op_times(op: ShardedOp, roof: Roofline, element_bytes: float) -> OpTimes:
+def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline | None = None) -> OpTimes:
+    """Forward and backward times of one op. ``wide``: the 16-bit roofline for the GEMMs an
+    FP8/FP4 plan keeps in 16 bits (``Op.low_precision`` false: output layer, MoE router)."""
     kind = op.op.kind
+    if kind == "matmul" and wide is not None and not op.op.low_precision:
+        roof, element_bytes = wide, BYTES_PER_ELEMENT[wide.precision]
     if kind == "matmul":
         fwd = roof.matmul_s(op.m, op.k, op.n, element_bytes)
         # input gradient (m x n)·(n x k) and weight gradient (k x m)·(m x n): COMET Table 1
@@ -131,8 +136,8 @@ def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Ro
     return {name: OpTimes(t.forward_s * scale, t.backward_s * scale, t.weight_s * scale) for name, t in times.items()}
 
 
-def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None) -> KindTimes:
-    ops = {op.op.name: op_times(op, roof, element_bytes) for op in kind.ops}
+def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None, wide: Roofline | None = None) -> KindTimes:
+    ops = {op.op.name: op_times(op, roof, element_bytes, wide) for op in kind.ops}
     if cap is not None:
         ops = cap(ops, kind.ops, kind.recompute_ops)
     tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
@@ -161,6 +166,7 @@ def cost_program(program: Program) -> CostedProgram:
     device = s.cluster.device
     efficiency = catalog.efficiency(device.efficiency)
     roof = Roofline.of(device, efficiency, s.plan.precision)
+    wide = Roofline.of(device, efficiency, "bf16") if s.plan.precision in ("fp8", "fp4") else None
     eb = program.element_bytes
     full = s.plan.recompute == "full"
     power = efficiency.power
@@ -170,13 +176,13 @@ def cost_program(program: Program) -> CostedProgram:
     def cap(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], rerun: tuple[str, ...] = ()) -> dict[str, OpTimes]:
         return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb, rerun)
 
-    kinds = {name: _kind_times(kind, roof, eb, full, cap) for name, kind in program.kinds.items()}
+    kinds = {name: _kind_times(kind, roof, eb, full, cap, wide) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
 
     roles = []
     for role in program.roles:
-        edge_ops = cap({op.op.name: op_times(op, roof, eb) for op in (*role.head, *role.tail)}, (*role.head, *role.tail))
+        edge_ops = cap({op.op.name: op_times(op, roof, eb, wide) for op in (*role.head, *role.tail)}, (*role.head, *role.tail))
         edge = list(edge_ops.values())
         edge_comm = sum(comm_s(c) for c in (*role.head_comms, *role.tail_comms))
         edge_comm_bwd = sum(comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))
