@@ -101,6 +101,18 @@ def test_energy_front_from_the_stored_energy_per_step(stored):
     assert min(line.x) == min(r["energy_j"] for r in fits)  # the most frugal plan starts it
 
 
+def test_cost_front_with_a_price(stored):
+    """With a price per device-hour, a search report draws step time against cost per step
+    (device-hours of the step times the price); without one, it says how to get it."""
+    source = load(stored["store"])
+    fits = [r for r in source.data if r["fits"]]
+    assert not any(f.name == "pareto_cost" for f in report(source).figures)
+    scatter = next(f for f in report(source, price=2.0).figures if f.name == "pareto_cost")
+    cheapest = min(r["step_time_s"] * r["num_devices"] / 3600.0 * 2.0 for r in fits)
+    assert min(scatter.series[1].x) == pytest.approx(cheapest, rel=1e-12)
+    assert len(scatter.series[0].x) == len(fits)
+
+
 def test_plan_breakdowns_sum_to_each_step_time(stored):
     rows = json.loads(stored["search"].read_text())["top"]
     bars = plan_breakdowns(rows)

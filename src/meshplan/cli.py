@@ -435,11 +435,12 @@ def report(
     fmt: str = typer.Option("html", "--format", help="html (one self-contained page), png, svg or pdf."),
     trace: Optional[Path] = typer.Option(None, help="A trace from meshplan estimate --trace: adds the per-device timeline."),
     top: int = typer.Option(10, help="How many of the best plans a search report shows."),
+    price: Optional[float] = typer.Option(None, help="Price per device-hour: adds a search's front of step time against cost per step."),
 ):
     """Draw stored results: breakdowns, memory, Pareto fronts, the timeline, validation errors."""
     from meshplan.plots import write_report
 
-    written = write_report(input_, out, fmt, trace, top)
+    written = write_report(input_, out, fmt, trace, top, price)
     _console(stderr=True).print(f"report written to {out}" + (f" ({len(written)} files)" if fmt != "html" else ""))
 
 

@@ -18,9 +18,10 @@ FORMATS = ("html", "png", "svg", "pdf")
 
 
 def write_report(input_path: str | Path, out: str | Path, fmt: str = "html", trace: str | Path | None = None,
-                 top: int = 10) -> list[Path]:
+                 top: int = 10, price: float | None = None) -> list[Path]:
     """Build the report of the stored result at ``input_path`` and write it to ``out``: one
-    HTML file, or (png, svg, pdf) a folder with one file per figure. The paths written."""
+    HTML file, or (png, svg, pdf) a folder with one file per figure; ``price`` per device-hour
+    adds a search's time-cost front. The paths written."""
     from meshplan.plots.build import report
     from meshplan.plots.inputs import load, load_trace
 
@@ -28,6 +29,8 @@ def write_report(input_path: str | Path, out: str | Path, fmt: str = "html", tra
         raise MeshplanError("--format", fmt, f"one of {', '.join(FORMATS)}")
     if not isinstance(top, int) or isinstance(top, bool) or top < 1:
         raise MeshplanError("--top", top, "must be at least 1")
+    if price is not None and not (isinstance(price, (int, float)) and not isinstance(price, bool) and price > 0):
+        raise MeshplanError("--price", price, "a positive price per device-hour")
     if fmt == "html":
         from meshplan.plots.html import plotly
 
@@ -36,7 +39,7 @@ def write_report(input_path: str | Path, out: str | Path, fmt: str = "html", tra
         from meshplan.plots.static import pyplot
 
         pyplot(fmt)
-    built = report(load(input_path), load_trace(trace) if trace is not None else None, top)
+    built = report(load(input_path), load_trace(trace) if trace is not None else None, top, price)
     out = Path(out)
     try:
         if fmt == "html":

@@ -19,13 +19,17 @@ MEMORY_CATEGORIES = ("weights_bytes", "low_precision_weights_bytes", "gradients_
                      "activations_bytes", "gathered_weights_bytes", "comm_buffers_bytes")
 
 
-def report(source: Source, trace: dict | None = None, top: int = 10) -> Report:
-    """Every figure the stored result supports, and the timeline of ``trace`` if given."""
+def report(source: Source, trace: dict | None = None, top: int = 10, price: float | None = None) -> Report:
+    """Every figure the stored result supports, and the timeline of ``trace`` if given.
+    ``price`` (per device-hour) adds a search's front of step time against cost per step."""
     from meshplan.plots.build_other import dlrm_figures, inference_figures
 
     builders = {"estimate": estimate_figures, "inference": inference_figures, "dlrm": dlrm_figures,
                 "store": search_figures, "search": search_figures, "validation": validation_figures}
-    figures, notes = builders[source.kind](source, top)
+    if source.kind in ("store", "search"):
+        figures, notes = search_figures(source, top, price)
+    else:
+        figures, notes = builders[source.kind](source, top)
     if trace is not None:
         figures.append(timeline(trace, title="Per-device timeline" + (" of one step" if source.kind == "estimate" else "")))
     elif source.kind != "validation":
@@ -90,7 +94,7 @@ def energy_breakdown(e: dict) -> Bars:
 
 # --- a search -------------------------------------------------------------------------------
 
-def search_figures(source: Source, top: int = 10) -> tuple[list[Figure], list[str]]:
+def search_figures(source: Source, top: int = 10, price: float | None = None) -> tuple[list[Figure], list[str]]:
     energy = None
     if source.kind == "store":  # every plan the search evaluated; the fastest first
         rows = [r for r in source.data if r.get("fits") and r.get("step_time_s") is not None]
@@ -123,6 +127,14 @@ def search_figures(source: Source, top: int = 10) -> tuple[list[Figure], list[st
                                       energy, "energy per step", "j"))
     else:
         notes.append("no energy front: the stored plans carry no energy per step (no power model)")
+    if price is not None:  # device-hours of a step at the price (meshplan.explore.objectives)
+        rows = [{**r, "cost_per_step": r["step_time_s"] * r["num_devices"] / 3600.0 * price} for r in rows]
+    if any(r.get("cost_per_step") is not None for r in rows):
+        costed = [r for r in rows if r.get("cost_per_step") is not None]
+        figures.append(pareto_scatter("pareto_cost", "Step time against cost per step", costed,
+                                      front(costed, "cost_per_step"), "cost_per_step", "cost per step", "count"))
+    else:
+        notes.append("no cost front: give a price per device-hour with --price")
     return figures, notes
 
 
