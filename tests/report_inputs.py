@@ -9,18 +9,10 @@ from pathlib import Path
 import yaml
 
 from meshplan.cli import app
+from test_validate_cases import GOOD
 
-# Narayanan et al. SC21 Table 1, the 1.7B row (as in test_validate_cases.py): small and fast
-CASE = {
-    "id": "sc21_1p7b", "group": "sc21", "source": "test",
-    "model": {"arch": "dense", "num_layers": 24, "hidden_size": 2304, "num_attention_heads": 24, "num_kv_heads": 24,
-              "ffn_hidden_size": 9216, "ffn_type": "gelu", "vocab_size": 51200},
-    "hardware": {"cluster": "dgx-a100-80gb", "num_devices": 32, "devices_per_node": 8},
-    "parallelism": {"tp": 1, "pp": 1, "dp": 32, "activation_recompute": "full"},
-    "batch": {"global_batch_sequences": 512, "micro_batch_size": 16, "seq_len": 2048},
-    "precision": "fp16",
-    "measured": {"step_time_s": 2.0},
-}
+# Narayanan et al. SC21 Table 1, the 1.7B row (test_validate_cases.GOOD): small and fast
+CASE = {**GOOD, "group": "sc21"}
 
 ESTIMATE = ["estimate", "--model", "gpt3-175b", "--cluster", "dgx-a100-80gb", "--devices", "1536", "--tp", "8",
             "--pp", "16", "--global-batch", "1536", "--recompute", "full"]
