@@ -274,3 +274,58 @@ def test_the_fit_of_noisy_tiny_kernels_still_gives_a_valid_profile(tmp_path):
     _synthetic(tmp_path, device, e_max=1e-5, f_half=1e3, memory=0.002, overhead=1e-3, noise=0.9)
     profile = load_profile(fit_profile(tmp_path, device))
     assert all(0 < fraction <= 1 for _, fraction in profile.efficiency.matmul.points)
+
+
+SHIPPED = REPO / "tests" / "data" / "h100-sxm"
+
+
+@pytest.fixture(scope="module")
+def shipped_profile(tmp_path_factory) -> Path:
+    """The profile `meshplan calibrate` fits on the shipped H100 kernels, written as YAML."""
+    from meshplan.calibrate.run import write_profile
+
+    path = tmp_path_factory.mktemp("shipped") / "profile.yaml"
+    write_profile(SHIPPED, catalog.device("h100-sxm5-80gb"), path)
+    return path
+
+
+def test_the_fitted_kernel_models_predict_the_shipped_gemms(shipped_profile):
+    """As tests/test_kernels_h100.py compares the catalog's Hopper models: each isolated call is
+    max(floor, kernel time + the harness's overhead); median |error| <= 5%, p90 <= 15%."""
+    from meshplan.costs.kernels import Chip, gemm_s
+
+    profile = load_profile(shipped_profile)
+    kernels = profile.efficiency.kernels
+    assert kernels is not None and profile.efficiency.matmul.points  # the curves stay beside the kernels
+    assert load_profile(shipped_profile).fit["kernels"]["fitted"]
+    device = catalog.device("h100-sxm5-80gb")
+    for precision, element_bytes in (("bf16", 2.0), ("fp8", 1.0)):
+        rows = _rows(SHIPPED / f"gemm_{precision}.csv")
+        m, n, k = (np.array([float(r[c]) for r in rows]) for c in ("m", "n", "k"))
+        g = kernels.gemm_of(precision)
+        c = Chip(device.peak(precision), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
+        predicted = np.maximum(g.isolated_floor_s, gemm_s(m, k, n, element_bytes, g, c) + g.isolated_overhead_s)
+        errors = np.abs(predicted / np.array([float(r["time_s"]) for r in rows]) - 1.0)
+        assert np.median(errors) <= 0.05 and np.percentile(errors, 90) <= 0.15, precision
+    assert g.isolated_overhead_s > 0  # power.csv gave the harness's overhead
+
+
+def test_the_fitted_kernel_profile_round_trips_through_estimate(shipped_profile, monkeypatch, capsys):
+    """The measured kernels are the catalog Hopper's own data: the estimate moves by little."""
+    job = ("--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--tp", "8", "--global-batch", "8", "--json")
+    code, base, _ = run_cli(monkeypatch, capsys, "estimate", *job)
+    assert code == 0
+    code, fitted, err = run_cli(monkeypatch, capsys, "estimate", *job, "--profile", str(shipped_profile))
+    assert code == 0, err
+    assert json.loads(fitted)["step_time_s"] == pytest.approx(json.loads(base)["step_time_s"], rel=0.05)
+    curves = yaml.safe_load(shipped_profile.read_text())
+    del curves["efficiency"]["kernels"]
+    assert api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=8, global_batch_size=8,
+                        profile=curves).step_time_s != pytest.approx(json.loads(fitted)["step_time_s"], rel=1e-6)
+
+
+def test_a_quick_run_falls_back_to_the_curves_and_says_so(measured):
+    profile = yaml.safe_load((measured / "profile.yaml").read_text())
+    assert "kernels" not in profile["efficiency"]
+    assert profile["fit"]["kernels"]["fitted"] is False and "too few rows" in profile["fit"]["kernels"]["reason"]
+    assert "no kernel models fitted" in profile["efficiency"]["source"]

@@ -416,6 +416,10 @@ def calibrate(
     err.print(f"profile for {fit_device.id} written to {target}: matmul e_max {fit['matmul']['e_max']:.3f}, "
               f"attention e_max {fit['attention']['e_max']:.3f}, memory {fit['memory']['memory']:.3f} of peak "
               f"(use it with --profile {target})", soft_wrap=True)
+    kernels = fit["kernels"]
+    err.print(f"kernel models fitted: {kernels['summary']}" if kernels["fitted"]
+              else f"note: no kernel models fitted ({kernels['reason']}); the profile has the matmul and attention curves only",
+              soft_wrap=True)
 
 
 def _degrees(text: str) -> tuple[int, ...]:

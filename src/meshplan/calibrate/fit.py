@@ -20,6 +20,11 @@ benchmark convention the CSV's ``fwd_flop`` column uses; a causal kernel compute
 the estimator counts, so its fraction may pass 1 and is capped there (a Fraction). What is not measured (embedding
 lookups, overlap slowdown, ridge point) is kept from the device's catalog profile.
 
+Where the folder holds enough GEMM, attention and memory rows (a full run, not ``--quick``), the
+profile also carries a ``kernels:`` block (the shape-aware kernel models, which then replace the
+curves in estimates) fitted by ``calibrate/fit_kernels.py``; the curves stay, as the Efficiency
+spec requires them. ``fit.kernels`` says whether the block was fitted, and why not.
+
 This module is the one seam to the kernel model: when that model changes, this fitter does.
 """
 
@@ -89,10 +94,47 @@ def fit_profile(folder: str | Path, device: Device) -> dict:
     if network:
         profile["network"] = network
     profile["fit"] = {"matmul": matmul, "attention": attn, "memory": mem}
+    kernels, note = _fit_kernels(folder, device, f"meshplan calibrate, measured on {on} on {when}")
+    profile["fit"]["kernels"] = note
+    if kernels is not None:
+        efficiency["kernels"] = kernels
+        efficiency["source"] += f"; kernels: {note['summary']}"
+    else:
+        efficiency["source"] += f"; no kernel models fitted ({note['reason']}): the matmul and attention curves serve"
     fp8 = read_rows(folder / "gemm_fp8.csv")
     if len(fp8) >= 2 and "fp8" in device.peak_flop_per_s:  # not read by today's model: one matmul curve
         profile["fit"]["matmul_fp8"] = _fit_curve(*_gemm_samples(fp8, ridge, 1.0), device.peak("fp8"), overhead)
     return profile
+
+
+def _fit_kernels(folder: Path, device: Device, measured: str) -> tuple[dict | None, dict]:
+    """The ``kernels:`` block fitted on the measured files (calibrate/fit_kernels.py) and a note on
+    the fit; (None, the reason) where the files have too few rows (a --quick run) or scipy is missing."""
+    from meshplan.calibrate.fit_kernels import error_summary, fit_kernels, missing_data
+
+    reason = missing_data(folder, device)
+    if reason is None:
+        try:
+            import scipy.optimize  # noqa: F401
+        except ImportError:
+            reason = "scipy is not installed: pip install 'meshplan[calibrate]'"
+    if reason is not None:
+        return None, {"fitted": False, "reason": reason}
+    source = f"{measured}, fitted for {device.id} ({device.sm_count} SMs) by calibrate/fit_kernels.py"
+    fit = fit_kernels(folder, device, source)
+    errors = {kind: {"rows": len(e), "median_abs_error": float(np.median(e)), "p90_abs_error": float(np.percentile(e, 90))}
+              for kind, e in fit.errors.items()}
+    summary = "; ".join(f"{kind} {error_summary(e)}" for kind, e in fit.errors.items())
+    return _significant(fit.kernels.model_dump(mode="json")), {"fitted": True, "errors": errors, "summary": summary}
+
+
+def _significant(data):
+    """``data`` with every float to 4 significant digits (as the catalog writes its fits)."""
+    if isinstance(data, dict):
+        return {k: _significant(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_significant(v) for v in data]
+    return float(f"{data:.4g}") if isinstance(data, float) else data
 
 
 def _environment(folder: Path) -> dict:
