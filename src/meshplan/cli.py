@@ -369,32 +369,10 @@ def calibrate(
     profile_out: Optional[Path] = typer.Option(None, help="Where to write the profile (default: OUT/profile.yaml)."),
 ):
     """Measure GEMMs, attention and memory ops here (under torchrun: collectives) and fit a profile."""
-    from meshplan.calibrate import collectives, require_torch
-    from meshplan.calibrate.run import Request, catalog_device, measure_collectives, measure_kernels, write_profile
-    from meshplan.calibrate.shapes import FULL, QUICK, valid_tps
+    from meshplan.calibrate import collectives
+    from meshplan.calibrate.run import make_request, measure_collectives, measure_kernels, write_profile
 
-    if on not in ("auto", "cuda", "cpu"):
-        raise MeshplanError("--on", on, "one of auto, cuda, cpu")
-    degrees = _degrees(tp)
-    resolved = None
-    if model is not None:
-        from meshplan.api import resolve_model
-        from meshplan.specs.model import TransformerModel
-
-        resolved = resolve_model(model)
-        if not isinstance(resolved, TransformerModel):
-            raise MeshplanError("--model", model, "a transformer model (DLRM shapes are not calibrated yet)")
-        degrees = valid_tps(resolved, degrees)
-        if not degrees:
-            raise MeshplanError("--tp", tp, f"degrees that divide {resolved.id}'s heads and FFN width")
-    fit_device = catalog_device(device, on)
-    if not fit_only:
-        require_torch()  # before anything is written
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise MeshplanError("--out", str(out), f"a folder that can be created ({err.strerror or err})") from None
-    request = Request(out, resolved, degrees[-1:] if quick else degrees, QUICK if quick else FULL, on)
+    request, fit_device = make_request(out, model, tp, device, on, quick, measure=not fit_only)
     writer, notes = True, []
     if collectives.launched() and not fit_only:
         with _progress("measuring collectives") as report:
@@ -420,16 +398,6 @@ def calibrate(
     err.print(f"kernel models fitted: {kernels['summary']}" if kernels["fitted"]
               else f"note: no kernel models fitted ({kernels['reason']}); the profile has the matmul and attention curves only",
               soft_wrap=True)
-
-
-def _degrees(text: str) -> tuple[int, ...]:
-    try:
-        degrees = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
-    except ValueError:
-        degrees = ()
-    if not degrees or min(degrees) < 1:
-        raise MeshplanError("--tp", text, "positive integers separated by commas, e.g. 1,2,4,8")
-    return degrees
 
 
 @app.command()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshplan.calibrate import require_torch
-from meshplan.calibrate.shapes import MEMORY_OPS, Sizes, attention_cases, model_gemms, square_gemms
+from meshplan.calibrate.shapes import FULL, MEMORY_OPS, QUICK, Sizes, attention_cases, model_gemms, square_gemms, valid_tps
 from meshplan.calibrate.table import Table
 from meshplan.errors import MeshplanError
 from meshplan.specs.model import TransformerModel
@@ -170,3 +170,40 @@ def write_profile(out: Path, device, path: Path) -> dict:
     except OSError as err:
         raise MeshplanError("--profile-out", str(path), f"a writable file ({err.strerror or err})") from None
     return profile
+
+
+def make_request(out: Path, model: str | None, tp: str, device: str | None, on: str, quick: bool,
+                 measure: bool = True) -> tuple[Request, object]:
+    """The measurement a ``meshplan calibrate`` command asks for, checked before anything is
+    measured or written, and the catalog device its profile is fitted for."""
+    if on not in ("auto", "cuda", "cpu"):
+        raise MeshplanError("--on", on, "one of auto, cuda, cpu")
+    degrees = _degrees(tp)
+    resolved = None
+    if model is not None:
+        from meshplan.api import resolve_model
+
+        resolved = resolve_model(model)
+        if not isinstance(resolved, TransformerModel):
+            raise MeshplanError("--model", model, "a transformer model (DLRM shapes are not calibrated yet)")
+        degrees = valid_tps(resolved, degrees)
+        if not degrees:
+            raise MeshplanError("--tp", tp, f"degrees that divide {resolved.id}'s heads and FFN width")
+    fit_device = catalog_device(device, on)
+    if measure:
+        require_torch()  # before anything is written
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise MeshplanError("--out", str(out), f"a folder that can be created ({err.strerror or err})") from None
+    return Request(out, resolved, degrees[-1:] if quick else degrees, QUICK if quick else FULL, on), fit_device
+
+
+def _degrees(text: str) -> tuple[int, ...]:
+    try:
+        degrees = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        degrees = ()
+    if not degrees or min(degrees) < 1:
+        raise MeshplanError("--tp", text, "positive integers separated by commas, e.g. 1,2,4,8")
+    return degrees

@@ -21,10 +21,7 @@ overlaps with what is the plan's overlap options (meshplan.catalog frameworks se
   waiting for its own, when ``overlap_param_gather``.
 
 Collectives of axes whose groups cross the same outermost network level share its links: they
-run on one stream and take turns (``link_streams``; where each axis lands follows the plan's
-mesh ``order``). Tensor parallelism inside NVLink and data parallelism across the scale-out
-network keep separate streams; expert all-to-all and gradient reduction both crossing
-InfiniBand queue on one.
+run on one stream and take turns (meshplan.timeline.links).
 
 Compute slows while a collective runs beside it (they share SMs and HBM): each second a hidden
 collective overlaps compute costs ``overlap_slowdown`` seconds of compute, charged to the
@@ -41,6 +38,7 @@ from functools import lru_cache
 from meshplan.costs.costed import CostedProgram, OpTimes, comm_s
 from meshplan.parallel.program import Comm, Role, ShardedOp, param_share
 from meshplan.timeline.engine import Pass, Placed, Segment, State, Task, chunked_s, collective, run
+from meshplan.timeline.links import link_streams
 
 X = "x"  # signal: the activation (or its gradient) the next task of the chain needs
 
@@ -98,26 +96,6 @@ class Overlap:
 
     def stream(self, axis: str) -> str:
         return dict(self.streams).get(axis, axis)
-
-
-def link_streams(program) -> tuple[tuple[str, str], ...]:
-    """Each communicating axis and the stream of the outermost network level its groups cross:
-    axes on the same level share one stream, named by those axes ("ep+dp"); an axis alone on its
-    level keeps its own name."""
-    spans: dict[str, list] = {}
-    for kind in program.kinds.values():
-        for c in (*kind.tp_comms, *kind.cp_comms, *kind.ep_comms):
-            spans.setdefault(c.axis, []).append(c.span)
-    for c in (*program.dp_comms, *program.zero3_comms):
-        spans.setdefault(c.axis, []).append(c.span)
-    level = {axis: max(h.level for span in group for h in span.hops) for axis, group in spans.items()
-             if any(span.hops for span in group)}
-    order = ("tp", "cp", "ep", "dp", "pp", "mp")
-    out = []
-    for axis, lvl in level.items():
-        sharing = [a for a in order if level.get(a) == lvl]
-        out.append((axis, "+".join(sharing)))
-    return tuple(sorted(out))
 
 
 def _ops(sharded: tuple[ShardedOp, ...], times: dict[str, OpTimes]) -> tuple[Op, ...]:
