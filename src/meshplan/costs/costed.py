@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from meshplan import catalog
 from meshplan.costs.collectives import collective_s
 from meshplan.costs.compute import Roofline
-from meshplan.costs.power import capped_scale, dynamic_energy_j, op_work
+from meshplan.costs.power import WorkTally, capped_scale
 from meshplan.errors import MeshplanError
 from meshplan.parallel.program import Comm, Program, ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT
@@ -111,14 +111,10 @@ def _work_j(ops: tuple[ShardedOp, ...], power, precision: str, element_bytes: fl
     """Dynamic energy of the forward and backward of ``ops``: three times each forward's work
     (backward doubles the forward, COMET Table 1), and once more for the ops ``rerun`` in
     backward (recompute)."""
-    flop: dict[str, float] = {}
-    traffic = 0.0
+    tally = WorkTally(precision, element_bytes)
     for op in ops:
-        work = op_work(op, precision, element_bytes)
-        times = 4.0 if op.op.name in rerun else 3.0
-        flop[work.precision] = flop.get(work.precision, 0.0) + times * work.flop
-        traffic += times * work.hbm_bytes
-    return dynamic_energy_j(power, flop, traffic)
+        tally.add(op, 4.0 if op.op.name in rerun else 3.0)
+    return tally.energy_j(power)
 
 
 def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Roofline, power, tdp_w: float,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from meshplan.costs.collectives import GroupSpan
 from meshplan.costs.costed import ADAM_BYTES_PER_PARAM, BACKWARD_OF, CostedProgram
-from meshplan.costs.power import dynamic_energy_j, op_work
+from meshplan.costs.power import WorkTally, dynamic_energy_j
 from meshplan.parallel.program import Comm, ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT, PowerModel
 
@@ -73,20 +73,16 @@ def level_bytes(kind: str, bytes_: float, span: GroupSpan) -> dict[int, float]:
     return {h.level: passes * (h.members - 1) / h.members * bytes_ / h.inside for h in span.hops}
 
 
-class _Tally:
-    """Work of one device of a role over a step."""
+class _Tally(WorkTally):
+    """Work of one device of a role over a step: its ops, and the bytes it puts on each link."""
 
     def __init__(self, precision: str, element_bytes: float):
-        self.precision, self.element_bytes = precision, element_bytes
-        self.flop: dict[str, float] = {}
-        self.hbm = 0.0
+        super().__init__(precision, element_bytes)
         self.link: dict[int, float] = {}  # bytes per level index
 
     def ops(self, ops: tuple[ShardedOp, ...] | list[ShardedOp], times: float) -> None:
         for op in ops:
-            work = op_work(op, self.precision, self.element_bytes)
-            self.flop[work.precision] = self.flop.get(work.precision, 0.0) + times * work.flop
-            self.hbm += times * work.hbm_bytes
+            self.add(op, times)
 
     def comms(self, comms: tuple[Comm, ...], times: float, backward: bool = False) -> None:
         for c in comms:
@@ -136,29 +132,36 @@ def _power(program) -> PowerModel | None:
 def _energy(program, power: PowerModel, seconds: float, micro_batches: int, forward_only: bool) -> EnergyBreakdown:
     """Every device's work over ``seconds`` (its idle power included)."""
     s = program.scenario
-    cluster = s.cluster
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
+    devices = [(role.name, role.devices, _role_work(program, role, micro_batches, forward_only, embedding_trains))
+               for role in program.roles]
+    return _breakdown(power, s.cluster, devices, seconds)
+
+
+def _breakdown(power: PowerModel, cluster, devices: list[tuple[str, int, _Tally]], seconds: float) -> EnergyBreakdown:
+    """The energy of ``devices`` ((role, how many devices play it, one device's work)) over
+    ``seconds``, by component."""
     compute = memory = peak = 0.0
     links: dict[str, float] = {}
     by_role: dict[str, float] = {}
-    for role in program.roles:
-        t = _role_work(program, role, micro_batches, forward_only, embedding_trains)
+    for name, count, t in devices:
         flop_j = dynamic_energy_j(power, t.flop, 0.0)
         hbm_j = t.hbm * power.joules_per_hbm_byte
-        compute += role.devices * flop_j
-        memory += role.devices * hbm_j
+        compute += count * flop_j
+        memory += count * hbm_j
         for level, moved in t.link.items():
-            name = cluster.levels[level].name
-            links[name] = links.get(name, 0.0) + role.devices * moved * BITS_PER_BYTE * cluster.levels[level].energy_per_bit_j
-        by_role[role.name] = flop_j + hbm_j
+            spec = cluster.levels[level]
+            links[spec.name] = links.get(spec.name, 0.0) + count * moved * BITS_PER_BYTE * spec.energy_per_bit_j
+        by_role[name] = flop_j + hbm_j
         peak = max(peak, power.idle_w + (flop_j + hbm_j) / seconds)
+    num_devices = sum(count for _, count, _ in devices)
     return EnergyBreakdown(
         compute_j=compute,
         memory_j=memory,
         links_j=links,
-        static_j=power.idle_w * s.num_devices * seconds,
+        static_j=power.idle_w * num_devices * seconds,
         step_s=seconds,
-        num_devices=s.num_devices,
+        num_devices=num_devices,
         peak_device_w=peak,
         tdp_w=cluster.device.tdp_w,
         by_role_j=by_role,
@@ -203,13 +206,4 @@ def iteration_energy(program, iteration_s: float) -> EnergyBreakdown | None:
             t.comms((task.comm,), 1)
         else:
             t.ops((task.op,), task.copies * PHASE_WORK[task.phase])
-    flop_j = dynamic_energy_j(power, t.flop, 0.0)
-    hbm_j = t.hbm * power.joules_per_hbm_byte
-    n = program.num_devices
-    links = {cluster.levels[level].name: n * moved * BITS_PER_BYTE * cluster.levels[level].energy_per_bit_j
-             for level, moved in t.link.items()}
-    return EnergyBreakdown(
-        compute_j=n * flop_j, memory_j=n * hbm_j, links_j=links, static_j=power.idle_w * n * iteration_s,
-        step_s=iteration_s, num_devices=n, peak_device_w=power.idle_w + (flop_j + hbm_j) / iteration_s,
-        tdp_w=cluster.device.tdp_w, by_role_j={"device": flop_j + hbm_j},
-    )
+    return _breakdown(power, cluster, [("device", program.num_devices, t)], iteration_s)

@@ -41,6 +41,24 @@ def op_work(op, plan_precision: str, element_bytes: float) -> Work:
     return Work("fp32" if plan_precision == "fp32" else "bf16", op.flop, op.bytes)
 
 
+class WorkTally:
+    """Flop by precision and HBM bytes of sharded ops, each counted ``times`` forwards' worth
+    (a backward is two, COMET Table 1)."""
+
+    def __init__(self, precision: str, element_bytes: float):
+        self.precision, self.element_bytes = precision, element_bytes
+        self.flop: dict[str, float] = {}
+        self.hbm = 0.0
+
+    def add(self, op, times: float) -> None:
+        work = op_work(op, self.precision, self.element_bytes)
+        self.flop[work.precision] = self.flop.get(work.precision, 0.0) + times * work.flop
+        self.hbm += times * work.hbm_bytes
+
+    def energy_j(self, power: PowerModel) -> float:
+        return dynamic_energy_j(power, self.flop, self.hbm)
+
+
 def dynamic_energy_j(power: PowerModel, flop_by_precision: dict[str, float], hbm_bytes: float) -> float:
     """Energy above idle of ``flop_by_precision`` flop and ``hbm_bytes`` bytes of HBM traffic.
     Precisions the model has no figure for count at its 16-bit figure."""

@@ -28,7 +28,7 @@ import numpy as np
 from meshplan import catalog
 from meshplan.costs.compute import Roofline
 from meshplan.costs.costed import op_times
-from meshplan.costs.power import dynamic_energy_j, op_work
+from meshplan.costs.power import WorkTally
 from meshplan.parallel.program import shard_op
 from meshplan.specs import Scenario
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
@@ -125,13 +125,9 @@ def _layer_j(s: Scenario, power) -> float:
     blocks = lower(s.model, p.micro_batch_size, s.seq_len, activation_bytes(p.precision), p.flash_attention).blocks
     cheapest = float("inf")
     for block in blocks:
-        flop: dict[str, float] = {}
-        traffic = 0.0
+        tally = WorkTally(p.precision, element)
         for op in block.ops:
-            work = op_work(shard_op(op, p.tp, p.cp, sp, p.expert_tp), p.precision, element)
             rerun = p.recompute == "full" or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
-            times = 1.0 if s.task.kind == "finetune" else 3.0 + rerun
-            flop[work.precision] = flop.get(work.precision, 0.0) + times * work.flop
-            traffic += times * work.hbm_bytes
-        cheapest = min(cheapest, dynamic_energy_j(power, flop, traffic))
+            tally.add(shard_op(op, p.tp, p.cp, sp, p.expert_tp), 1.0 if s.task.kind == "finetune" else 3.0 + rerun)
+        cheapest = min(cheapest, tally.energy_j(power))
     return cheapest

@@ -42,13 +42,15 @@ def report(source: Source, trace: dict | None = None, top: int = 10, price: floa
 
 def estimate_figures(source: Source, top: int = 10) -> tuple[list[Figure], list[str]]:
     e = source.data
-    figures: list[Figure] = [key_numbers(e), step_breakdown(e), memory_per_role(e)]
-    notes = []
+    energy, notes = energy_figures(e)
+    return [key_numbers(e), step_breakdown(e), memory_per_role(e), *energy], notes
+
+
+def energy_figures(e: dict) -> tuple[list[Figure], list[str]]:
+    """The energy breakdown of an estimate, or a note that its device has no power model."""
     if e.get("energy"):
-        figures.append(energy_breakdown(e))
-    else:
-        notes.append("no energy figure: the device of this estimate has no power model")
-    return figures, notes
+        return [energy_breakdown(e)], []
+    return [], ["no energy figure: the device of this estimate has no power model"]
 
 
 def key_numbers(e: dict) -> Table:

@@ -3,7 +3,7 @@ decode, ``--task inference``) and a DLRM iteration. Pure functions of the stored
 
 from __future__ import annotations
 
-from meshplan.plots.build import energy_breakdown
+from meshplan.plots.build import energy_figures
 from meshplan.plots.figures import Bars, Figure, Table
 from meshplan.plots.inputs import Source
 
@@ -53,14 +53,9 @@ def dlrm_figures(source: Source, top: int = 10) -> tuple[list[Figure], list[str]
     keys = ("model_id", "cluster_id", "num_devices", "strategy", "global_batch_size", "precision", "iteration_s",
             "samples_per_s", "comm_exposed_fraction", "tflops_per_device")
     title = f"{d['model_id']} on {d['num_devices']} x {d['cluster_id']}"
-    figures: list[Figure] = [_table(d, keys, title), iteration_breakdown(d), serialized_by_kind(d),
-                             _memory(d, "Memory per device against capacity")]
-    notes = []
-    if d.get("energy"):
-        figures.append(energy_breakdown(d))
-    else:
-        notes.append("no energy figure: the device of this estimate has no power model")
-    return figures, notes
+    energy, notes = energy_figures(d)
+    return [_table(d, keys, title), iteration_breakdown(d), serialized_by_kind(d),
+            _memory(d, "Memory per device against capacity"), *energy], notes
 
 
 def iteration_breakdown(d: dict) -> Bars:
