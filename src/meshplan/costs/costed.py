@@ -107,29 +107,29 @@ class KindTimes:
     cp_exposed_backward_s: float
 
 
-def _work_j(ops: tuple[ShardedOp, ...], power, precision: str, element_bytes: float, rerun: tuple[str, ...] = ()) -> float:
-    """Dynamic energy of the forward and backward of ``ops``: three times each forward's work
-    (backward doubles the forward, COMET Table 1), and once more for the ops ``rerun`` in
-    backward (recompute)."""
+def _work_j(op: ShardedOp, power, precision: str, element_bytes: float, times: float) -> float:
+    """Dynamic energy of ``times`` forwards' worth of ``op`` (its backward is two, COMET Table 1)."""
     tally = WorkTally(precision, element_bytes)
-    for op in ops:
-        tally.add(op, 4.0 if op.op.name in rerun else 3.0)
+    tally.add(op, times)
     return tally.energy_j(power)
 
 
 def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Roofline, power, tdp_w: float,
                  precision: str, element_bytes: float, rerun: tuple[str, ...] = ()) -> dict[str, OpTimes]:
-    """``times`` stretched as the power cap stretches them (meshplan.costs.power): ``ops``'
-    forward and backward (and the forward of those ``rerun`` by recompute) together draw their
-    dynamic energy over their time. One factor for all, so the capped total is max(time,
-    energy / headroom): never longer on a faster device."""
+    """``times`` stretched as the power cap stretches them (meshplan.costs.power): each op's
+    forward and backward (and its forward again if ``rerun`` by recompute) draw its dynamic
+    energy over their time. Per op, so every op's capped time is max(time, energy / headroom):
+    never longer on a faster device."""
     if power is None or not power.cap_clocks:
         return times
-    busy = sum(t.forward_s + t.backward_s for t in times.values()) + sum(times[name].forward_s for name in rerun)
-    scale = capped_scale(power, tdp_w, _work_j(ops, power, precision, element_bytes, rerun), busy)
-    if scale == 1.0:
-        return times
-    return {name: OpTimes(t.forward_s * scale, t.backward_s * scale, t.weight_s * scale) for name, t in times.items()}
+    out = {}
+    for op in ops:
+        t = times[op.op.name]
+        again = op.op.name in rerun
+        busy = t.forward_s * (2.0 if again else 1.0) + t.backward_s
+        scale = capped_scale(power, tdp_w, _work_j(op, power, precision, element_bytes, 4.0 if again else 3.0), busy)
+        out[op.op.name] = t if scale == 1.0 else OpTimes(t.forward_s * scale, t.backward_s * scale, t.weight_s * scale)
+    return out
 
 
 def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None, wide: Roofline | None = None) -> KindTimes:

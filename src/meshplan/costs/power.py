@@ -9,8 +9,10 @@ the board's power limit (TDP), its power management lowers the SM clock until it
 clock at 1350 of 1980 MHz and run at 672 TFLOP/s where a short burst reaches 738.
 
 With the energy per unit of work taken as fixed, work of dynamic energy E that would take t seconds
-takes max(t, E / (TDP - P_idle)) under the cap. Power is averaged by the power manager over
-milliseconds, so the cap is applied to a layer's forward and backward together, not per kernel.
+takes max(t, E / (TDP - P_idle)) under the cap. It is applied to each op (its forward and backward
+together): a large GEMM runs for milliseconds, long against the power manager's control loop, and
+the sustained GEMMs measured at the cap are exactly that case; a layer's memory-bound kernels do
+not lend their headroom to its GEMMs.
 """
 
 from __future__ import annotations
