@@ -9,6 +9,7 @@ from meshplan import api, catalog
 from meshplan.costs.collectives import bytes_sent_per_device, collective_s, group_span
 from meshplan.costs.compute import gemm_traffic_bytes
 from meshplan.parallel.program import build_program
+from meshplan.network.span import capped_rails
 from meshplan.timeline.pipeline_schedule import pipeline_time_s, simulate_1f1b
 from meshplan.workloads.transformer import lower
 
@@ -180,13 +181,26 @@ def test_zero_stages_shard_states():
 
 def test_rails_stripe_a_collective_over_several_links():
     """A stride-1 group spanning nodes: with rails=8 a ring crosses each node boundary on 8 links."""
-    base = catalog.cluster("dgx-a100-80gb")
-    outer = base.levels[1]
-    striped = base.model_copy(update={"levels": (base.levels[0], outer.model_copy(update={"rails": 8}))})
-    one = collective_s("all_gather", 1e10, group_span(base, 64, 1), "ring", "Simple")
+    striped = catalog.cluster("dgx-a100-80gb")
+    assert striped.levels[1].rails == 8  # every HDR NIC of the node
+    one_nic = capped_rails(striped, 1)
+    assert one_nic.levels[1].rails == 1 and capped_rails(striped, None) is striped
+    one = collective_s("all_gather", 1e10, group_span(one_nic, 64, 1), "ring", "Simple")
     eight = collective_s("all_gather", 1e10, group_span(striped, 64, 1), "ring", "Simple")
     latency = 8.4e-6 + 56 * 3.4e-6 + 7 * 14e-6  # NCCL Simple: 56 NVLink steps, 7 network steps
     assert (one - latency) == pytest.approx(8 * (eight - latency))
+
+
+def test_plan_network_rails_caps_the_nics_a_data_parallel_collective_drives():
+    """A 32-way data-parallel group over 4 DGX A100 nodes: the gradient all-reduce crosses the
+    node boundary on all 8 NICs unless the plan (or the megatron-lm preset) allows fewer."""
+    def dp_comm(**fields):
+        e = api.estimate("llama3-8b", "dgx-a100-80gb", num_devices=32, global_batch_size=32, seq_len=2048, **fields)
+        return e.comm_total_s["dp"]
+
+    every_nic, one_nic = dp_comm(), dp_comm(network_rails=1)
+    assert one_nic > 4 * every_nic
+    assert dp_comm(framework="megatron-lm") == pytest.approx(dp_comm(framework="megatron-lm", network_rails=1))
 
 
 @pytest.mark.parametrize("plan", [

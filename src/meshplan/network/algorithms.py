@@ -223,16 +223,18 @@ def collnet_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float
         return None
     at = sharp[0]
     cap = _ll_cap(span)
-    total = 0.0
+    latency, transfer = 2.0 * (span.hops[at].inside - 1) * COLLNET_ARITY_S, 0.0
     for i, hop in enumerate(span.hops):
         if i == at:
             reduce_bw = hop.bytes_per_s * hop.parallel_links * hop.fabric.reduction_efficiency
-            total += bytes_ / reduce_bw + step_latency_s("network", "collnet", protocol, hop.latency_s)
+            stage, step = bytes_ / reduce_bw, step_latency_s("network", "collnet", protocol, hop.latency_s)
         else:
-            total += _level_phase_s(hop, bytes_, 2.0, protocol, cap)
-    local = span.hops[at].inside
-    total += 2.0 * (local - 1) * COLLNET_ARITY_S
-    return total
+            step = _level_phase_s(hop, 0.0, 2.0, protocol, cap)
+            stage = _level_phase_s(hop, bytes_, 2.0, protocol, cap) - step
+        # chunks stream through the levels (NCCL's CollNet chain pipelines them): the slowest
+        # level sets the pace, every level adds its latency
+        latency, transfer = latency + step, max(transfer, stage)
+    return latency + transfer
 
 
 def direct_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:

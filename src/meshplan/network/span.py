@@ -68,3 +68,12 @@ def group_span(cluster: Cluster, size: int, stride: int) -> GroupSpan:
         if inside >= size:
             break
     return GroupSpan(size, tuple(hops))
+
+
+def capped_rails(cluster: Cluster, rails: int | None) -> Cluster:
+    """``cluster`` with no level driving more than ``rails`` links of a domain at once
+    (``Plan.network_rails``: a framework or NCCL setting that reaches fewer NICs than the node has)."""
+    if rails is None or all(level.rails <= rails for level in cluster.levels):
+        return cluster
+    levels = tuple(level.model_copy(update={"rails": min(level.rails, rails)}) for level in cluster.levels)
+    return cluster.model_copy(update={"levels": levels})

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from meshplan.costs.collectives import CollectiveKind, GroupSpan, group_span
+from meshplan.network.span import capped_rails
 from meshplan.errors import MeshplanError
 from meshplan.parallel.memory import (
     InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, prefill_working_bytes, stage_memory,
@@ -284,7 +285,8 @@ def _roles(s: Scenario, blocks: tuple[Block, ...], frozen: int) -> list[tuple[st
 def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     """One training micro-batch on each device role, or (an inference task) one serving
     ``phase``: the batch of one replica, forward only, logits for the last position only."""
-    s, plan, model, cluster = scenario, scenario.plan, scenario.model, scenario.cluster
+    s, plan, model = scenario, scenario.plan, scenario.model
+    cluster = capped_rails(scenario.cluster, plan.network_rails)
     tp, cp, pp, v, ep = plan.tp, plan.cp, plan.pp, plan.virtual_pipeline_stages, plan.ep
     act_bytes = activation_bytes(plan.precision)
     if (s.task.kind == "inference") != (phase is not None):

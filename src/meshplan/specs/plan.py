@@ -66,6 +66,9 @@ class Plan(Spec):
     # FP8/FP4 training keeps its GEMM weights in that precision, with no 16-bit copy (Transformer
     # Engine fp8_model_init; Megatron --fp8-param-gather, NeMo fp8_params)
     fp8_params: bool = False
+    # at most this many NICs of a node (links of a lower-level domain) carry one collective; None:
+    # the cluster's rails, every NIC, as NCCL stripes its channels (meshplan.network.span)
+    network_rails: Count | None = None
     order: str = "tp-cp-dp-pp"
 
     @model_validator(mode="before")
