@@ -86,6 +86,17 @@ def test_nvl72_trays_of_four_are_the_catalog_node():
     assert result.error is None
 
 
+def test_a_run_larger_than_the_listed_system_is_predicted_not_refused():
+    """dgx-a100-40gb lists Selene's 2,240 GPUs; a published run on 4,096 is more of the same nodes,
+    and 128 times the data-parallel replicas of the 32-GPU run take the same time per replica
+    up to the slower gradient all-reduce."""
+    small = run_case(case(hardware__cluster="dgx-a100-40gb"), 0)
+    large = run_case(case(hardware__cluster="dgx-a100-40gb", hardware__num_devices=4096, parallelism__dp=4096,
+                          batch__global_batch_sequences=65536), 0)
+    assert small.error is None and large.error is None
+    assert small.predicted_step_time_s <= large.predicted_step_time_s < 1.5 * small.predicted_step_time_s
+
+
 def test_cli_json_lists_failed_cases_with_their_error(monkeypatch, capsys, tmp_path):
     path = write(tmp_path, [GOOD, case(id="nan", measured__step_time_s=float("nan"))])
     code, out, err = run_cli(monkeypatch, capsys, "validate", str(path), "--json")

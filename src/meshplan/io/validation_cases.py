@@ -8,7 +8,9 @@ Each case is checked and predicted on its own (SCHEMA.md, rules for readers): a 
 malformed or cannot be predicted is reported with its id, the field and why (``error``), never
 dropped silently, and the others are still scored. A measured step time must be a finite,
 positive number. ``hardware.devices_per_node`` is honoured: the cluster's scale-up domain takes
-that many devices (same per-device links), or the case is reported as an error.
+that many devices (same per-device links), or the case is reported as an error. A run larger
+than the catalog cluster's ``max_devices`` (the largest such system listed) is predicted on more
+of the same nodes: the measurement shows the system existed at that size.
 """
 
 from __future__ import annotations
@@ -216,6 +218,10 @@ def _cluster(case: dict, case_id: str):
     if not isinstance(cluster_id, str):
         raise MeshplanError(f"{case_id}.hardware.cluster", cluster_id, f"a cluster id: {', '.join(catalog.cluster_ids())}")
     cluster = catalog.cluster(cluster_id)
+    devices = case["hardware"].get("num_devices")
+    if isinstance(devices, int) and not isinstance(devices, bool) and cluster.max_devices is not None and devices > cluster.max_devices:
+        # a measured run shows the system was built that large: more of the same nodes and links
+        cluster = cluster.model_copy(update={"max_devices": devices})
     per_node = case["hardware"].get("devices_per_node")
     if per_node is None or per_node == cluster.devices_per_node:
         return cluster
@@ -224,7 +230,6 @@ def _cluster(case: dict, case_id: str):
         raise MeshplanError(field, per_node, "a positive integer")
     levels = cluster.levels
     outer = levels[1].size if len(levels) > 1 else None
-    devices = case["hardware"].get("num_devices")
     whole_nodes = not isinstance(devices, int) or devices <= per_node or devices % per_node == 0
     if (cluster.node_devices is not None or len(levels) < 2 or not whole_nodes
             or (outer is not None and (per_node >= outer or outer % per_node))):
