@@ -4,6 +4,7 @@ import pytest
 
 from meshplan import api, catalog
 from meshplan.parallel.program import build_program
+from meshplan.parallel.quantize import cast_bytes_per_element
 
 
 def _layer_saved(precision: str, tp: int, sp: bool, recompute: str = "selective") -> float:
@@ -77,3 +78,49 @@ def test_fp8_plans_keep_the_output_layer_gemm_in_16_bits():
     fp8, bf16 = costed("fp8"), costed("bf16")
     assert fp8.roles[0].edge_ops["logits"].forward_s == pytest.approx(bf16.roles[0].edge_ops["logits"].forward_s, rel=1e-12)
     assert fp8.kinds["dense_layer"].ops["mlp_up"].forward_s < 0.8 * bf16.kinds["dense_layer"].ops["mlp_up"].forward_s
+
+
+@pytest.mark.parametrize(("precision", "scaling", "fused", "expected"), [
+    ("fp8", "delayed", False, 4.0),  # read 2 bytes, write a row-wise and a column-wise byte
+    ("fp8", "delayed", True, 1.0),  # the norm writes 1 byte instead of 2; the transpose reads 1, writes 1
+    ("fp8", "block", True, 1.0),
+    ("fp8", "current", True, 4.0),  # the norm's 16-bit output is cast in a pass of its own
+    ("fp8", "current", False, 6.0),  # an amax pass first
+    ("fp4", "delayed", False, 3.0),
+    ("fp4", "delayed", True, 0.0),  # writing half a byte saves more than the transpose costs
+    ("bf16", "delayed", False, 0.0),
+])
+def test_cast_bytes_per_element(precision, scaling, fused, expected):
+    assert cast_bytes_per_element(precision, scaling, fused) == expected
+
+
+def _kind(precision: str, scaling: str = "delayed"):
+    s = api.scenario("llama3-8b", "dgx-h100", num_devices=1, micro_batch_size=1, global_batch_size=1, seq_len=1024,
+                     precision=precision, fp8_scaling=scaling)
+    return {op.op.name: op for op in build_program(s).kinds["dense_layer"].ops}
+
+
+def test_each_fp8_gemm_casts_its_input_and_its_output_gradient():
+    """Llama 3 8B, 1024 tokens: QKV's input comes out of the norm (fused: 1 byte an element) and
+    its gradient out of attention (4 bytes); the projection's input out of attention (4); the
+    gated up projection's gradient out of SwiGLU's backward (fused, 1); the down projection's
+    input out of SwiGLU (1) and its gradient off the residual (4)."""
+    t, h, f, qkv = 1024, 4096, 14336, 4096 + 2 * 1024
+    ops = _kind("fp8")
+    assert ops["qkv"].cast_bytes == (t * h * 1.0, t * qkv * 4.0)
+    assert ops["proj"].cast_bytes == (t * h * 4.0, t * h * 4.0)
+    assert ops["mlp_up"].cast_bytes == (t * h * 1.0, t * 2 * f * 1.0)
+    assert ops["mlp_down"].cast_bytes == (t * f * 1.0, t * h * 4.0)
+    assert all(op.cast_bytes == (0.0, 0.0) for op in _kind("bf16").values())
+
+
+def test_casts_cost_time_and_current_scaling_costs_more():
+    def step(scaling):
+        return api.estimate("llama3-8b", "dgx-h100", num_devices=8, global_batch_size=8, seq_len=4096,
+                            precision="fp8", fp8_scaling=scaling)
+
+    delayed, current = step("delayed"), step("current")
+    bf16 = api.estimate("llama3-8b", "dgx-h100", num_devices=8, global_batch_size=8, seq_len=4096, precision="bf16")
+    memory = delayed.serialized_by_op_s["memory_bound"]  # casts are counted with the GEMMs they feed
+    assert memory == pytest.approx(bf16.serialized_by_op_s["memory_bound"], rel=1e-9)
+    assert delayed.step_time_s < current.step_time_s < bf16.step_time_s

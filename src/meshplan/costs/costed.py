@@ -72,6 +72,11 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline
         # input gradient (m x n)·(n x k) and weight gradient (k x m)·(m x n): COMET Table 1
         weight = float(roof.matmul_s(op.k, op.m, op.n, element_bytes))
         bwd = float(roof.matmul_s(op.m, op.n, op.k, element_bytes)) + weight
+        cast_fwd, cast_bwd = op.cast_bytes  # FP8/FP4: quantize the input, then the output gradient
+        if cast_fwd:
+            fwd += roof.memory_s(cast_fwd, "copy")
+        if cast_bwd:
+            bwd += float(roof.memory_s(cast_bwd, "copy"))
         return OpTimes(float(fwd), bwd, weight)
     if kind == "attention":
         fwd = roof.attention_op_s(op.attention, op.flop, op.bytes, backward=False)

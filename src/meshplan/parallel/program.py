@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from meshplan.costs.collectives import CollectiveKind, GroupSpan, group_span
 from meshplan.network.span import capped_rails
+from meshplan.parallel.quantize import FP8Scaling, gemm_cast_bytes
 from meshplan.errors import MeshplanError
 from meshplan.parallel.memory import (
     InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, prefill_working_bytes, stage_memory,
@@ -42,6 +43,9 @@ class ShardedOp:
     k: float
     n: float
     attention: AttentionShape | None = None  # attention ops: the shape of this device's call
+    # FP8/FP4 GEMMs: HBM bytes of quantizing the input (forward) and the output gradient
+    # (backward), meshplan.parallel.quantize
+    cast_bytes: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -128,9 +132,11 @@ class Program:
     phase: Phase | None = None  # serving: the pass this program is
 
 
-def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None) -> ShardedOp:
+def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None, precision: str = "bf16",
+             fp8_scaling: FP8Scaling = "delayed") -> ShardedOp:
     """One device's share of ``op``. Routed-expert matmuls split their weights ``expert_tp``
-    ways and their tokens over the rest of tp (parallel.mesh.expert_mesh)."""
+    ways and their tokens over the rest of tp (parallel.mesh.expert_mesh); in FP8/FP4 plans
+    low-precision GEMMs carry their casts (meshplan.parallel.quantize)."""
     split = {"tp": tp, "sp": tp if sp else 1, "none": 1}[op.shard]
     if op.kind == "matmul":
         weight_split = expert_tp if op.expert and expert_tp else tp
@@ -139,7 +145,7 @@ def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None) -
             n /= weight_split
         elif op.shard_dim == "k":
             k /= weight_split
-        return ShardedOp(op, 2.0 * m * k * n, 0.0, m, k, n)
+        return ShardedOp(op, 2.0 * m * k * n, 0.0, m, k, n, cast_bytes=gemm_cast_bytes(op, m, k, n, precision, fp8_scaling))
     if op.kind == "lookup":  # vocab-parallel: every rank writes the full (masked) output
         return ShardedOp(op, 0.0, op.bytes / cp, 0, 0, 0)
     shape = _shard_attention(op.attention, tp, cp) if op.attention is not None else None
@@ -190,7 +196,7 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     tp, cp, ep, etp = plan.tp, plan.cp, plan.ep, plan.expert_tp
     sp = plan.sequence_parallel and tp > 1
     act_bytes = activation_bytes(plan.precision)
-    ops = tuple(shard_op(op, tp, cp, sp, etp) for op in block.ops)
+    ops = tuple(shard_op(op, tp, cp, sp, etp, plan.precision, plan.fp8_scaling) for op in block.ops)
     if sp:  # Korthikanti et al. 2022, Sec. 4.2.2: all-gather + reduce-scatter replace each all-reduce
         tp_comms = (Comm("tp", "all_gather", x_bytes, 2, spans["tp"]), Comm("tp", "reduce_scatter", x_bytes, 2, spans["tp"]))
     else:  # Shoeybi et al. 2019 (Megatron-LM), Fig. 4: two all-reduces (f, g) per layer forward
@@ -430,8 +436,8 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
         devices=stages * tp * cp * dp,
         stages=stages,
         layer_counts=counts,
-        head=tuple(shard_op(op, tp, cp, sp) for op in head_ops),
-        tail=tuple(shard_op(op, tp, cp, sp) for op in tail_ops),
+        head=tuple(shard_op(op, tp, cp, sp, precision=plan.precision, fp8_scaling=plan.fp8_scaling) for op in head_ops),
+        tail=tuple(shard_op(op, tp, cp, sp, precision=plan.precision, fp8_scaling=plan.fp8_scaling) for op in tail_ops),
         head_comms=head_comms,
         tail_comms=tail_comms,
         params=params,

@@ -66,6 +66,10 @@ class Plan(Spec):
     # FP8/FP4 training keeps its GEMM weights in that precision, with no 16-bit copy (Transformer
     # Engine fp8_model_init; Megatron --fp8-param-gather, NeMo fp8_params)
     fp8_params: bool = False
+    # how FP8/FP4 GEMM operands get their scales: an amax history (delayed), the tensor's own
+    # amax (current: one more pass over it), or per block inside the cast (block: MXFP8,
+    # DeepSeek-V3 tiles); meshplan.parallel.quantize says what each moves
+    fp8_scaling: Literal["delayed", "current", "block"] = "delayed"
     # at most this many NICs of a node (links of a lower-level domain) carry one collective; None:
     # the cluster's rails, every NIC, as NCCL stripes its channels (meshplan.network.span)
     network_rails: Count | None = None

@@ -81,6 +81,11 @@ class Op:
     # (DeepSeek-V3 report, Sec. 3.3; Megatron-Core builds the output layer outside Transformer
     # Engine)
     low_precision: bool = False
+    # FP8/FP4 GEMMs: the op before writes this GEMM's input already quantized (a norm or an
+    # activation fused with the cast, Transformer Engine LayerNormLinear / LayerNormMLP), and the
+    # activation's backward writes its output gradient quantized (TE dact_cast_transpose)
+    input_fused: bool = False
+    grad_fused: bool = False
 
 
 def dense_flop(ops, names: set[str] | tuple[str, ...] | None = None, expert_scale: float = 1.0) -> float:

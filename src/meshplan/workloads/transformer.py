@@ -19,8 +19,10 @@ MASK_BYTES = 1.0  # dropout masks are stored as bytes (Korthikanti et al. 2022, 
 
 
 def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: float, saved: tuple[Saved, ...], expert: bool = False,
-            low_precision: bool = True) -> Op:
-    """A GEMM; ``saved`` is its input, kept for the weight gradient."""
+            low_precision: bool = True, input_fused: bool = False, grad_fused: bool = False) -> Op:
+    """A GEMM; ``saved`` is its input, kept for the weight gradient. ``input_fused``: its input
+    comes out of a norm or an activation; ``grad_fused``: its output gradient out of an
+    activation's backward (where FP8 training fuses the casts, ``Op.input_fused``)."""
     return Op(
         name=name,
         kind="matmul",
@@ -34,6 +36,8 @@ def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: flo
         saved=saved,
         expert=expert,
         low_precision=low_precision,
+        input_fused=input_fused,
+        grad_fused=grad_fused,
     )
 
 
@@ -82,18 +86,19 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
         if m.q_lora_rank:
             ops += [
-                _matmul("q_down", t, h, m.q_lora_rank, "", h * m.q_lora_rank, (Saved("q_down_in", x, "sp"),)),
+                _matmul("q_down", t, h, m.q_lora_rank, "", h * m.q_lora_rank, (Saved("q_down_in", x, "sp"),), input_fused=True),
                 Op("q_norm", "elementwise", "none", flop=5.0 * t * m.q_lora_rank, bytes=2.0 * t * m.q_lora_rank * act_bytes, params=m.q_lora_rank, memory_class="norm"),
-                _matmul("q_up", t, m.q_lora_rank, a * qk, "n", m.q_lora_rank * a * qk, (Saved("q_up_in", t * m.q_lora_rank * act_bytes, "none"),)),
+                _matmul("q_up", t, m.q_lora_rank, a * qk, "n", m.q_lora_rank * a * qk, (Saved("q_up_in", t * m.q_lora_rank * act_bytes, "none"),),
+                        input_fused=True),
             ]
         else:
-            ops.append(_matmul("q", t, h, a * qk, "n", h * a * qk, (Saved("q_in", x, "sp"),)))
+            ops.append(_matmul("q", t, h, a * qk, "n", h * a * qk, (Saved("q_in", x, "sp"),), input_fused=True))
         latent = m.kv_lora_rank + m.qk_rope_head_dim
         ops += [
-            _matmul("kv_down", t, h, latent, "", h * latent, (Saved("kv_down_in", x, "sp"),)),
+            _matmul("kv_down", t, h, latent, "", h * latent, (Saved("kv_down_in", x, "sp"),), input_fused=True),
             Op("kv_norm", "elementwise", "none", flop=5.0 * t * m.kv_lora_rank, bytes=2.0 * t * m.kv_lora_rank * act_bytes, params=m.kv_lora_rank, memory_class="norm"),
             _matmul("kv_up", t, m.kv_lora_rank, a * (m.qk_nope_head_dim + v), "n", m.kv_lora_rank * a * (m.qk_nope_head_dim + v),
-                    (Saved("kv_up_in", t * m.kv_lora_rank * act_bytes, "none"),)),
+                    (Saved("kv_up_in", t * m.kv_lora_rank * act_bytes, "none"),), input_fused=True),
         ]
         # training and prefill read the per-head keys and values; decoding reads the cached latent
         kv_read = a * (qk + v) if kv_len == seq_len else latent
@@ -104,7 +109,8 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
     else:
         d, kv = model.dim_per_head, model.kv_heads
         q_width, kv_width = float(a * d), float(kv * d)
-        ops.append(_matmul("qkv", t, h, q_width + 2 * kv_width, "n", h * (q_width + 2 * kv_width) + q_width + 2 * kv_width, (Saved("qkv_in", x, "sp"),)))
+        ops.append(_matmul("qkv", t, h, q_width + 2 * kv_width, "n", h * (q_width + 2 * kv_width) + q_width + 2 * kv_width, (Saved("qkv_in", x, "sp"),),
+                           input_fused=True))
         core = _attention_core(model, micro_batch, seq_len, kv_len, q_width, q_width, 2 * kv_width, act_bytes, flash_attention, kv)
         saved = (
             Saved("q", t * q_width * act_bytes, "tp"),
@@ -127,7 +133,8 @@ def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_
     up_width = (model.ffn_matrices - 1) * f  # gate and up projections are fused (SwiGLU: 2f)
     x = tokens * h * act_bytes
     return (
-        _matmul(f"{prefix}_up", tokens, h, up_width, "n", copies * (h * up_width + up_width), (Saved(f"{prefix}_up_in", x, "sp"),), experts > 0),
+        _matmul(f"{prefix}_up", tokens, h, up_width, "n", copies * (h * up_width + up_width), (Saved(f"{prefix}_up_in", x, "sp"),), experts > 0,
+                input_fused=experts == 0, grad_fused=True),
         Op(
             f"{prefix}_activation",
             "elementwise",
@@ -137,7 +144,8 @@ def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_
             saved=(Saved(f"{prefix}_activation_in", up_width * tokens * act_bytes, "tp"),),
             memory_class="gated_activation" if model.ffn_matrices == 3 else "activation",
         ),
-        _matmul(f"{prefix}_down", tokens, f, h, "k", copies * (f * h + h), (Saved(f"{prefix}_down_in", tokens * f * act_bytes, "tp"),), experts > 0),
+        _matmul(f"{prefix}_down", tokens, f, h, "k", copies * (f * h + h), (Saved(f"{prefix}_down_in", tokens * f * act_bytes, "tp"),), experts > 0,
+                input_fused=True),
     )
 
 
