@@ -103,3 +103,52 @@ def test_validation_reads_moe_cases():
                           global_batch_size=256, micro_batch_size=1, seq_len=4096)
     # the schema has no norm field, so the case uses layernorm where Mixtral has RMSNorm
     assert result.predicted_step_time_s == pytest.approx(direct.step_time_s, rel=0.01)
+
+
+def test_hit_probability_of_a_group_of_experts():
+    """k of E experts without replacement miss a group of E/D with C(E - E/D, k) / C(E, k)."""
+    from math import comb
+
+    from meshplan.parallel.dispatch import hit_probability
+
+    assert hit_probability(256, 8, 8) == pytest.approx(1 - comb(224, 8) / comb(256, 8), rel=1e-12)
+    assert hit_probability(8, 2, 8) == pytest.approx(2 / 8)  # one expert a device: top-2 hits 2 of 8
+    assert hit_probability(16, 16, 4) == 1.0
+
+
+def _dispatch(ep_dispatch: str, model="deepseek-v3", cluster="dgx-h800", devices=512, ep=64, **plan):
+    s = api.scenario(model, cluster, num_devices=devices, pp=8, ep=ep, global_batch_size=64, micro_batch_size=1,
+                     seq_len=4096, precision="fp8", ep_dispatch=ep_dispatch, **plan)
+    kind = build_program(s).kinds["moe_layer"]
+    return kind.ep_comms
+
+
+def test_hierarchical_dispatch_sends_each_token_once_per_node():
+    """EP 64 over 8 DGX nodes, 4096 local tokens of 7168 bf16 values: all-to-all sends 8 copies;
+    DeepEP sends one per node reached, at most DeepSeek-V3's 4 (Sec. 2.1.2), over the rail to
+    one GPU of each node (a group of 8, one per node)."""
+    token_bytes = 4096 * 7168 * 2.0
+    (plain,) = _dispatch("all_to_all")
+    assert plain.bytes == pytest.approx(token_bytes * 8) and plain.span.size == 64
+    (hier,) = _dispatch("hierarchical")
+    assert hier.bytes == pytest.approx(token_bytes * 4) and hier.span.size == 8 and hier.count == 2
+    assert [h.members for h in hier.span.hops] == [8] and hier.span.hops[0].fabric.link == "network"
+
+
+def test_hierarchical_dispatch_inside_one_nvlink_domain_dedups_per_gpu():
+    """EP 64 inside an NVL72 rack: 4 experts a GPU, so a token reaches 64 x (1 - C(252,8)/C(256,8))
+    GPUs, not 8 copies."""
+    from math import comb
+
+    (hier,) = _dispatch("hierarchical", cluster="gb200-nvl72", devices=512)
+    per_gpu = 64 * (1 - comb(252, 8) / comb(256, 8))
+    assert hier.bytes == pytest.approx(4096 * 7168 * 2.0 * per_gpu) and hier.span.size == 64
+
+
+def test_hierarchical_dispatch_is_faster_across_nodes():
+    fast = api.estimate("deepseek-v3", "dgx-h800", num_devices=512, pp=8, ep=64, global_batch_size=64, seq_len=4096,
+                        precision="fp8", ep_dispatch="hierarchical")
+    slow = api.estimate("deepseek-v3", "dgx-h800", num_devices=512, pp=8, ep=64, global_batch_size=64, seq_len=4096,
+                        precision="fp8")
+    assert fast.comm_total_s["ep"] < 0.6 * slow.comm_total_s["ep"]
+    assert fast.step_time_s < slow.step_time_s

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from meshplan.costs.collectives import CollectiveKind, GroupSpan, group_span
 from meshplan.network.span import capped_rails
+from meshplan.parallel.dispatch import dispatch_buffers, dispatch_spans
 from meshplan.parallel.quantize import FP8Scaling, gemm_cast_bytes
 from meshplan.errors import MeshplanError
 from meshplan.parallel.memory import (
@@ -211,8 +212,9 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     if is_moe and ep > 1:
         # token copies leave for their experts and come back (Lepikhin et al. 2020, GShard;
         # MAD Max Sec. 4.2: blocking all-to-all): top_k copies of each local token
-        routed = x_bytes / (tp if sp else 1) * model.moe.top_k * model.moe.routed_factor
-        ep_comms = (Comm("ep", "all_to_all", routed, 2, spans["ep"]),)
+        # (hierarchical: once per node and GPU, meshplan.parallel.dispatch)
+        buffers = dispatch_buffers(x_bytes / (tp if sp else 1), model.moe, ep, spans, plan.ep_dispatch)
+        ep_comms = tuple(Comm("ep", "all_to_all", size, 2, spans[name]) for name, size in buffers)
     if plan.recompute == "full":
         recompute = tuple(op.op.name for op in ops)
     elif plan.recompute == "selective" and not plan.flash_attention:
@@ -318,6 +320,8 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         "dp_shard": group_span(cluster, shard, replica_stride),
         "dp_replica": group_span(cluster, replicas // shard, replica_stride * shard),
     }
+    if plan.ep_dispatch == "hierarchical" and ep > 1:
+        spans.update(dispatch_spans(cluster, ep, ep_stride))
     kinds = {block.name: _kind(s, block, x_bytes, spans) for block in graph.blocks}
     if phase is not None:  # each sequence's cached keys and values, read by every layer
         cache = graph.tokens / graph.seq_len * phase.kv_len * kv_cache_bytes_per_token(model, tp, act_bytes)

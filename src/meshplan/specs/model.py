@@ -31,6 +31,9 @@ class MoE(Spec):
     first_dense_layers: Natural = 0
     capacity_factor: float | None = Field(default=None, gt=0)
     load_imbalance: float = Field(default=1.0, ge=1.0)
+    # node-limited routing: a token's routed experts lie on at most this many nodes (DeepSeek-V3's
+    # M = 4, its technical report Sec. 2.1.2); None: no limit
+    max_nodes: Count | None = None
 
     @model_validator(mode="after")
     def _top_k(self) -> "MoE":

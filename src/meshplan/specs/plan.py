@@ -59,6 +59,9 @@ class Plan(Spec):
     tp_overlap: TPOverlap = "none"  # tensor-parallel collectives: blocking, bulk (backward), pipelined
     cp_overlap: bool = True  # ring attention: the next K/V block arrives while this one is computed
     ep_overlap: EPOverlap = "none"  # expert all-to-all blocking, or beside another micro-batch's compute
+    # tokens to experts: one copy per (token, expert) pair, or once per node and GPU with NVLink
+    # forwarding (DeepEP / HybridEP, DeepSeek-V3); meshplan.parallel.dispatch
+    ep_dispatch: Literal["all_to_all", "hierarchical"] = "all_to_all"
     # pipeline sends on their own stream; None: as Megatron-Core does, overlapped in interleaved
     # schedules (overlap_p2p_comm) and batched and waited on in the others
     overlap_p2p: bool | None = None
