@@ -66,6 +66,15 @@ def resolve_cluster(cluster: str | Cluster | dict, profile: str | Path | Profile
     return resolved if profile is None else load_profile(profile).apply(resolved)
 
 
+def with_compute_units(cluster: str | Cluster | dict, sm_count: int) -> Cluster:
+    """``cluster`` with every device scaled to ``sm_count`` SMs (Device.with_compute_units; the
+    power left for work above the profile's idle power scales with them)."""
+    resolved = resolve_cluster(cluster)
+    power = catalog.efficiency(resolved.device.efficiency).power
+    device = resolved.device.with_compute_units(sm_count, power.idle_w if power else 0.0)
+    return resolved.model_copy(update={"id": f"{resolved.id}-{sm_count}sm", "device": device})
+
+
 def scenario(
     model: str | TransformerModel | dict,
     cluster: str | Cluster | dict,

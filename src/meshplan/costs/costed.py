@@ -145,7 +145,7 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
     cp_bwd = sum(comm_s(c, backward=True) for c in kind.cp_comms)
-    attention = ops["attention"]
+    attention = ops.get("attention", OpTimes(0.0, 0.0, 0.0))  # a block model's unit may have none
     return KindTimes(
         ops=ops,
         forward_s=sum(t.forward_s for t in ops.values()),

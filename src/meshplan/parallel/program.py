@@ -198,15 +198,19 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     sp = plan.sequence_parallel and tp > 1
     act_bytes = activation_bytes(plan.precision)
     ops = tuple(shard_op(op, tp, cp, sp, etp, plan.precision, plan.fp8_scaling) for op in block.ops)
+    # two regions per decoder layer (attention, MLP); an einsum of a block model opens or closes one
     if sp:  # Korthikanti et al. 2022, Sec. 4.2.2: all-gather + reduce-scatter replace each all-reduce
-        tp_comms = (Comm("tp", "all_gather", x_bytes, 2, spans["tp"]), Comm("tp", "reduce_scatter", x_bytes, 2, spans["tp"]))
+        tp_comms = (Comm("tp", "all_gather", x_bytes, block.tp_opens, spans["tp"]),
+                    Comm("tp", "reduce_scatter", x_bytes, block.tp_closes, spans["tp"]))
     else:  # Shoeybi et al. 2019 (Megatron-LM), Fig. 4: two all-reduces (f, g) per layer forward
-        tp_comms = (Comm("tp", "all_reduce", x_bytes, 2, spans["tp"]),)
+        tp_comms = (Comm("tp", "all_reduce", x_bytes, block.tp_closes, spans["tp"]),)
+    tp_comms = tuple(c for c in tp_comms if c.count)
     tokens = scenario.plan.micro_batch_size * scenario.seq_len
     # context parallelism (ring attention, Liu et al. 2023; Megatron CP): K and V of the other
     # cp ranks are gathered in forward, their gradients reduce-scattered in backward
     kv_bytes = 2.0 * tokens * model.kv_heads * model.dim_per_head * act_bytes / tp
-    cp_comms = (Comm("cp", "all_gather", kv_bytes, 1, spans["cp"]),) if cp > 1 else ()
+    has_attention = any(op.kind == "attention" for op in block.ops)  # every layer; one unit of a block model
+    cp_comms = (Comm("cp", "all_gather", kv_bytes, 1, spans["cp"]),) if cp > 1 and has_attention else ()
     ep_comms: tuple[Comm, ...] = ()
     is_moe = any(op.expert for op in block.ops)
     if is_moe and ep > 1:
@@ -388,9 +392,11 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
     has_head, has_tail = stage == 0, stage == pp - 1
     head_ops = graph.head.ops if has_head else ()
     tail_ops = graph.tail.ops if has_tail else ()
-    head_comms = (Comm("tp", "reduce_scatter" if sp else "all_reduce", x_bytes, 1, spans["tp"]),) if has_head and tp > 1 else ()
+    head_comms = (Comm("tp", "reduce_scatter" if sp else "all_reduce", x_bytes, 1, spans["tp"]),) if head_ops and tp > 1 else ()
     tail_comms: tuple[Comm, ...] = ()
-    if has_tail and tp > 1 and phase is not None:
+    if not tail_ops:  # a block model has no output layer
+        pass
+    elif has_tail and tp > 1 and phase is not None:
         # the last position of each sequence: its hidden state gathered (sp), and the
         # vocab-parallel logits gathered for sampling after the logits GEMM
         sequences = graph.tokens / graph.seq_len

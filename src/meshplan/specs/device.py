@@ -116,6 +116,27 @@ class Device(Spec):
             raise ValueError(f"sources must cite {sorted(missing)}")
         return self
 
+    def with_compute_units(self, sm_count: int, idle_w: float = 0.0) -> "Device":
+        """This device with ``sm_count`` SMs (compute units) instead of its own: the peaks scale
+        with them, and the power above ``idle_w`` that the TDP leaves for work scales with them
+        too; memory, its bandwidth and the on-chip buffer stay. The rack-scale energy/latency
+        study's sweep of compute units ("block size") per GPU (its Sec. IV-B)."""
+        from meshplan.errors import MeshplanError
+
+        if self.sm_count is None:
+            raise MeshplanError("device.sm_count", None, f"{self.id} states no SM count to scale from")
+        if not isinstance(sm_count, int) or isinstance(sm_count, bool) or not 1 <= sm_count <= 100_000:
+            raise MeshplanError("sm_count", sm_count, "a whole number of SMs from 1 to 100000")
+        ratio = sm_count / self.sm_count
+        note = f"{self.id} scaled to {sm_count} of its {self.sm_count} SMs (peaks and TDP above idle in proportion)"
+        return self.model_copy(update={
+            "id": f"{self.id}-{sm_count}sm",
+            "sm_count": sm_count,
+            "peak_flop_per_s": {p: f * ratio for p, f in self.peak_flop_per_s.items()},
+            "tdp_w": idle_w + (self.tdp_w - idle_w) * ratio,
+            "sources": {**self.sources, "sm_count": note, "peak_flop_per_s": note, "tdp_w": note},
+        })
+
     def peak(self, precision: str) -> float:
         """Peak dense flop/s for matmuls in ``precision``."""
         from meshplan.errors import MeshplanError

@@ -6,9 +6,15 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from meshplan.errors import MeshplanError
 from meshplan.specs.base import Count, Natural, Spec
 
 FfnType = Literal["gelu", "relu", "squared_relu", "swiglu", "geglu"]
+
+#: what a model holds: whole decoder layers, or only the attention or the MLP block of one layer
+#: (the rack-scale energy/latency study's workloads: Llama-3-8B's FFN and attention blocks)
+BlockKind = Literal["layer", "attention", "mlp"]
+BLOCK_KINDS = ("layer", "attention", "mlp")
 
 #: weight matrices in the FFN of each type: 2 (up, down) or 3 (gate, up, down)
 FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3, "geglu": 3}
@@ -77,6 +83,9 @@ class TransformerModel(Spec):
     tied_embeddings: bool = False
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     seq_len: Count = 2048  # default training sequence length
+    # "attention" or "mlp": the model is that block of one decoder layer, with no embedding,
+    # output layer or loss, and a pipeline may cut it between its einsums (pipeline_layers)
+    block: BlockKind = "layer"
     moe: MoE | None = None
     mla: MLA | None = None
     sources: dict[str, str] = Field(default_factory=dict)
@@ -97,12 +106,28 @@ class TransformerModel(Spec):
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
                 f"{self.num_attention_heads}; give head_dim explicitly"
             )
+        if self.block != "layer" and self.num_layers != 1:
+            raise MeshplanError("num_layers", self.num_layers, f"1: block {self.block!r} is one block of one decoder layer")
+        if self.block != "layer" and self.moe:
+            raise MeshplanError("block", self.block, "'layer' for a mixture-of-experts model (blocks are dense)")
         if self.num_attention_heads % self.kv_heads:
             raise ValueError(
                 f"num_attention_heads {self.num_attention_heads} must be a multiple of "
                 f"num_kv_heads {self.kv_heads}"
             )
         return self
+
+    @property
+    def pipeline_layers(self) -> int:
+        """What a pipeline splits: decoder layers, or the einsums of a block model (each matmul
+        or attention core with the elementwise ops after it; meshplan.workloads.transformer)."""
+        if self.block == "mlp":
+            return 2  # up (gate and up fused) and down projections
+        if self.block == "attention":
+            if self.mla:  # q (or q_down, q_up), kv_down, kv_up, attention core, output projection
+                return (3 if self.mla.q_lora_rank else 2) + 3
+            return 3  # fused qkv projection, attention core, output projection
+        return self.num_layers
 
     @property
     def kv_heads(self) -> int:

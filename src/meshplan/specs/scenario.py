@@ -64,7 +64,7 @@ class Scenario:
 
     def __post_init__(self):
         if not self.chunk_layers:
-            chunks, rule = pipeline_layout(self.model.num_layers, self.plan, self.model.id)
+            chunks, rule = pipeline_layout(self.model.pipeline_layers, self.plan, self.model.id, self.model.block == "layer")
             object.__setattr__(self, "chunk_layers", chunks)
             object.__setattr__(self, "pipeline_split", rule)
 
@@ -169,7 +169,7 @@ def make_scenario(
     for width in m.ffn_widths:  # the FFN's hidden dimension is split over tp (Megatron-LM)
         if width % p.tp:
             raise MeshplanError("plan.tp", p.tp, f"must divide the FFN hidden size ({width}) of {m.id}")
-    chunk_layers, split = pipeline_layout(m.num_layers, p, m.id)
+    chunk_layers, split = pipeline_layout(m.pipeline_layers, p, m.id, m.block == "layer")
     if p.virtual_pipeline_stages > 1 and p.pp == 1:
         raise MeshplanError("plan.virtual_pipeline_stages", p.virtual_pipeline_stages, "needs pp > 1")
     if p.virtual_pipeline_stages > 1 and p.schedule != "1f1b":
@@ -201,7 +201,7 @@ def make_scenario(
                     chunk_layers=chunk_layers, pipeline_split=split)
 
 
-def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model") -> tuple[tuple[int, ...], str]:
+def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bool = True) -> tuple[tuple[int, ...], str]:
     """Decoder layers of each model chunk (pp x virtual stages, in pipeline order) and how they
     were split.
 
@@ -217,6 +217,9 @@ def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model") -> tuple[
       (L + 2) mod chunks chunks one more (torchtitan's ``generate_llm_fqn_per_model_part``;
       with L + 2 divisible, the same as Megatron-Core's account_for_embedding_in_pipeline_split
       and account_for_loss_in_pipeline_split, as Megatron-Bridge runs Llama 3.1 405B).
+
+    A block model (``edges`` false: no embedding or output layer) splits its einsums the same
+    way with no slots for them.
     """
     pp, v = p.pp, p.virtual_pipeline_stages
     chunks = pp * v
@@ -224,17 +227,17 @@ def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model") -> tuple[
         return _given_split(num_layers, p), GIVEN_SPLIT
     if num_layers % chunks == 0:
         return (num_layers // chunks,) * chunks, EVEN_SPLIT
-    slots = num_layers + 2
+    slots = num_layers + 2 * edges
     field, value = ("plan.pp", pp) if v == 1 else ("plan.virtual_pipeline_stages", v)
     if slots < chunks:
         raise MeshplanError(
             field, value, f"pp*virtual_pipeline_stages ({chunks}) exceeds the {num_layers} layers of {model_id} "
-            "plus its embedding and output layer",
+            + ("plus its embedding and output layer" if edges else "(a block model's einsums)"),
         )
     base, extra = divmod(slots, chunks)
     layers = [base + (c < extra) for c in range(chunks)]
-    layers[0] -= 1  # the embedding's slot
-    layers[-1] -= 1  # the output layer's slot
+    layers[0] -= edges  # the embedding's slot
+    layers[-1] -= edges  # the output layer's slot
     ranks = [sum(layers[r::pp]) for r in range(pp)]
     if min(ranks) < 1:
         raise MeshplanError(

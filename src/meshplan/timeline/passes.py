@@ -107,13 +107,14 @@ def _per(comms: tuple[Comm, ...], kind: str, backward: bool = False) -> float:
     return sum(comm_s(c, backward) / c.count for c in comms if c.kind == kind)
 
 
-def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, Half]:
-    """The attention and FFN halves of one layer of ``kind_name`` on one device."""
+def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, ...]:
+    """The attention and FFN halves of one layer of ``kind_name`` on one device; one einsum of
+    a block model (meshplan.workloads.transformer.block_einsums) is a single half."""
     program = costed.program
     plan = program.scenario.plan
     kind, times = program.kinds[kind_name], costed.kinds[kind_name]
     ops = _ops(kind.ops, times.ops)
-    split = next(i for i, op in enumerate(ops) if op.name == "residual_attn") + 1
+    split = next((i for i, op in enumerate(ops) if op.name == "residual_attn"), None)
     sp = any(c.kind == "all_gather" for c in kind.tp_comms)
     if sp:
         open_s, close_s = _per(kind.tp_comms, "all_gather"), _per(kind.tp_comms, "reduce_scatter")
@@ -126,7 +127,11 @@ def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, Half]:
     cp_fwd = _per(kind.cp_comms, "all_gather")
     cp_bwd = _per(kind.cp_comms, "all_gather", True)
     a2a = _per(kind.ep_comms, "all_to_all")
-    reduce_kind = "reduce_scatter" if sp else "all_reduce"
+    reduce_kind = "reduce_scatter" if sp or not kind.tp_comms else "all_reduce"
+    if split is None:
+        return (Half(kind_name, ops, open_s, close_s, open_back, close_back, tp, cp_s=cp_fwd, cp_back_s=cp_bwd,
+                     cp_chunks=plan.cp, recompute=selective, reduce_kind=reduce_kind),)
+    split += 1
     attention = Half("attn", ops[:split], open_s, close_s, open_back, close_back, tp, cp_s=cp_fwd, cp_back_s=cp_bwd,
                      cp_chunks=plan.cp, recompute=selective, reduce_kind=reduce_kind)
     ffn = Half("ffn", ops[split:], open_s, close_s, open_back, close_back, tp, dispatch_s=a2a, reduce_kind=reduce_kind)

@@ -100,11 +100,20 @@ def dense_flop(ops, names: set[str] | tuple[str, ...] | None = None, expert_scal
 
 @dataclass(frozen=True)
 class Block:
-    """A repeated group of ops (a decoder layer) and how many times it repeats."""
+    """A repeated group of ops (a decoder layer) and how many times it repeats.
+
+    Tensor-parallel regions (a column-parallel matmul up to the row-parallel one after it;
+    Megatron-LM Fig. 4) that open and close in the block: each opens with a sequence-parallel
+    all-gather and closes with a reduce-scatter, or an all-reduce without sequence parallelism.
+    A decoder layer holds two whole regions (attention, MLP); one einsum of a block model
+    (meshplan.workloads.transformer.block_einsums) may only open or only close one.
+    """
 
     name: str
     ops: tuple[Op, ...]
     count: int
+    tp_opens: int = 2
+    tp_closes: int = 2
 
     @property
     def params(self) -> float:

@@ -201,15 +201,49 @@ def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_by
     return tuple(blocks)
 
 
+#: op kinds a pipeline may cut a block model before (the rack-scale study's "einsums")
+EINSUM_KINDS = ("matmul", "attention")
+
+
+def block_einsums(name: str, ops: tuple[Op, ...]) -> tuple[Block, ...]:
+    """One attention or MLP block as pipeline units, once each: every einsum (a matmul or the
+    attention core) with the elementwise ops after it; the ops before the first einsum (the
+    norm) join it. The rack-scale energy/latency study's PP+TP puts each einsum on its own
+    pipeline stage, tensor parallel within it (its Sec. III and Fig. 1c). The unit with the
+    block's first column-parallel matmul opens its one tensor-parallel region, the unit with its
+    row-parallel matmul closes it."""
+    units: list[list[Op]] = []
+    for op in ops:
+        if op.kind in EINSUM_KINDS or not units:
+            units.append([])
+        units[-1].append(op)
+    if len(units) > 1 and not any(op.kind in EINSUM_KINDS for op in units[0]):
+        units[1] = units[0] + units[1]
+        del units[0]
+    first_parallel = next(i for i, unit in enumerate(units) if any(op.shard == "tp" for op in unit))
+    return tuple(
+        Block(f"{name}_{next(op.name for op in unit if op.kind in EINSUM_KINDS)}", tuple(unit), 1,
+              tp_opens=int(i == first_parallel), tp_closes=int(any(op.kind == "matmul" and op.shard_dim == "k" for op in unit)))
+        for i, unit in enumerate(units)
+    )
+
+
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True,
           kv_len: int | None = None, logits_per_sequence: int | None = None) -> Graph:
-    """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss.
+    """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss; of a
+    block model (``model.block``), that block's einsums only (block_einsums).
 
     Serving lowers a prefill or a decode step: ``seq_len`` new tokens per sequence attend to
     ``kv_len`` keys (layer_blocks), and only the last ``logits_per_sequence`` positions of each
     sequence go through the final norm, logits and sampling (default: every position, as in
     training).
     """
+    if model.block != "layer":  # one block, no embedding, output layer or loss
+        kv = kv_len or seq_len
+        ops = (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv) if model.block == "attention"
+               else ffn_ops(model, micro_batch, seq_len, act_bytes, moe=False))
+        return Graph(head=Block("embedding", (), 1), blocks=block_einsums(model.block, ops), tail=Block("head", (), 1),
+                     tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)
     t = float(micro_batch * seq_len)
     h, v = float(model.hidden_size), float(model.vocab_size)
     x = t * h * act_bytes
