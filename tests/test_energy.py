@@ -47,6 +47,9 @@ def test_link_bytes_per_level_follow_the_hierarchical_algorithm():
     assert level_bytes("all_reduce", 1.0, span) == pytest.approx({0: 2 * 7 / 8, 1: 2 * 0.5 / 8})
     assert level_bytes("all_to_all", 1.0, span) == pytest.approx({0: 7 / 16, 1: 8 / 16})
     assert level_bytes("send_recv", 1.0, span) == {1: 1.0}
+    # a flat ring of 16 over 2 nodes: 14 edges inside the nodes, 2 across (the ring closes)
+    sent = 2 * 15 / 16
+    assert level_bytes("all_reduce", 1.0, span, "ring") == pytest.approx({0: sent * 14 / 16, 1: sent * 2 / 16})
 
 
 @PROPERTY

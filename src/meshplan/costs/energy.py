@@ -13,9 +13,12 @@ of work is fixed (meshplan.costs.power), so energy and time stay consistent.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from meshplan.costs.collectives import GroupSpan
+from meshplan.network.algorithms import PASSES
+from meshplan.network.tuner import choose
 from meshplan.costs.costed import ADAM_BYTES_PER_PARAM, BACKWARD_OF, CostedProgram
 from meshplan.costs.power import WorkTally, dynamic_energy_j
 from meshplan.parallel.program import Comm, ShardedOp
@@ -54,22 +57,31 @@ class EnergyBreakdown:
                 "peak_device_w": self.peak_device_w, "tdp_w": self.tdp_w}
 
 
-def level_bytes(kind: str, bytes_: float, span: GroupSpan) -> dict[int, float]:
-    """Bytes one device puts on each network level (by index) in one collective.
+def level_bytes(kind: str, bytes_: float, span: GroupSpan, algorithm: str = "hierarchical") -> dict[int, float]:
+    """Bytes one device puts on each network level (by index) in one collective, on average
+    over the group, moved as ``algorithm`` moves them.
 
-    Reductions and gathers as the hierarchical algorithm moves them (each level works on its
-    share of the buffer: passes·(k-1)/k·B/c, Thakur et al. 2005); all-to-all: the share of a
-    device's buffer bound for peers inside each level's domain but outside the one below it;
-    send/recv: the message over the level that joins the two peers.
+    A flat ring (``ring``) sends passes·(n-1)/n·B from every device to its successor, and of the
+    ring's n edges, D_t - D_(t+1) cross level t and no higher (D_t: the group's domains at that
+    level; the ring closes, so the outermost level is crossed D times). Other reductions and
+    gathers as the hierarchical algorithm moves them (each level works on its share of the
+    buffer: passes·(k-1)/k·B/c, Thakur et al. 2005; trees and in-switch reductions also move each
+    level's share about once). All-to-all: the share of a device's buffer bound for peers inside
+    each level's domain but outside the one below it; send/recv: the message over the level that
+    joins the two peers.
     """
     if not span.hops or bytes_ <= 0:
         return {}
     if kind == "send_recv":
         return {span.hops[-1].level: bytes_}
+    n = span.size
     if kind == "all_to_all":
-        n = span.size
         return {h.level: h.inside * (h.members - 1) / n * bytes_ for h in span.hops}
     passes = 2.0 if kind == "all_reduce" else 1.0
+    if algorithm == "ring":
+        domains = [math.prod(h.members for h in span.hops[t:]) for t in range(len(span.hops))] + [0]
+        sent = passes * (n - 1) / n * bytes_
+        return {h.level: sent * (domains[t] - domains[t + 1]) / n for t, h in enumerate(span.hops)}
     return {h.level: passes * (h.members - 1) / h.members * bytes_ / h.inside for h in span.hops}
 
 
@@ -87,7 +99,8 @@ class _Tally(WorkTally):
     def comms(self, comms: tuple[Comm, ...], times: float, backward: bool = False) -> None:
         for c in comms:
             kind = BACKWARD_OF[c.kind] if backward else c.kind
-            for level, moved in level_bytes(kind, c.bytes, c.span).items():
+            algorithm = choose(kind, c.bytes, c.span)[0] if kind in PASSES and c.span.hops else "hierarchical"
+            for level, moved in level_bytes(kind, c.bytes, c.span, algorithm).items():
                 self.link[level] = self.link.get(level, 0.0) + times * c.count * moved
 
 
