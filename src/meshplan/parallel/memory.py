@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from meshplan.parallel.mesh import expert_mesh, weight_replicas
-from meshplan.specs.device import BYTES_PER_ELEMENT
+from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 
 
 class ByteBreakdown:
@@ -251,3 +251,17 @@ def optimizer_traffic_bytes(params_per_device: float, bytes_per_param: float, op
     and states (a streaming kernel)."""
     weights, grads, states = dense_state_bytes(params_per_device, bytes_per_param, optimizer)
     return 2.0 * weights + grads + 2.0 * states
+
+
+def serving_memory(s, params: float, layers: int) -> InferenceMemory:
+    """Weights of the device, the KV cache of its layers for every sequence's prompt and output,
+    and the prefill's working set."""
+    plan, task = s.plan, s.task
+    act = activation_bytes(plan.precision)
+    batch = task.batch_size // (plan.dp or 1)
+    return InferenceMemory(
+        weights_bytes=params * BYTES_PER_ELEMENT[plan.precision],
+        kv_cache_bytes=batch * (task.prompt_len + task.output_len) * layers * kv_cache_bytes_per_token(s.model, plan.tp, act),
+        activations_bytes=prefill_working_bytes(s.model, batch * task.prompt_len, plan.tp, act),
+        capacity_bytes=s.cluster.device.hbm_bytes,
+    )

@@ -14,15 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from meshplan.costs.collectives import CollectiveKind, GroupSpan, group_span
+from meshplan.errors import MeshplanError
 from meshplan.network.span import capped_rails
 from meshplan.parallel.dispatch import dispatch_buffers, dispatch_spans
-from meshplan.parallel.quantize import FP8Scaling, gemm_cast_bytes
-from meshplan.errors import MeshplanError
 from meshplan.parallel.memory import (
-    InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, prefill_working_bytes, stage_memory,
+    InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, serving_memory, stage_memory,
     state_bytes_per_param,
 )
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
+from meshplan.parallel.quantize import FP8Scaling, gemm_cast_bytes, quantized_scale
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import AttentionShape, Block, Graph, Op, Saved
@@ -172,16 +172,6 @@ def saved_bytes(saved: tuple[Saved, ...], tp: int, cp: int, sp: bool, drop_score
             continue
         total += s.bytes / ({"tp": tp, "sp": tp if sp else 1, "none": 1}[s.shard] * cp)
     return total * scale
-
-
-def quantized_scale(precision: str) -> float:
-    """What a low-precision GEMM's saved input weighs against its 16-bit activation.
-
-    FP8/FP4 training with Transformer Engine keeps the quantized copy of a linear layer's input
-    for the weight gradient and drops the 16-bit one (transformer_engine/pytorch/module/linear.py,
-    ``_Linear`` forward: ``saved_inputmat`` is the quantized input, its row-wise data discarded;
-    NVIDIA/TransformerEngine at d0067d0, 2026-08)."""
-    return BYTES_PER_ELEMENT[precision] / activation_bytes(precision) if precision in ("fp8", "fp4") else 1.0
 
 
 def param_share(op: Op, tp: int, ep: int = 1, expert_tp: int | None = None) -> float:
@@ -418,7 +408,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
     trainable = params - frozen_params - (head_params if freeze_embedding else 0.0)
     if phase is not None:
         trainable = 0.0
-        memory = _serving_memory(s, params, sum(n for _, n, _ in counts))
+        memory = serving_memory(s, params, sum(n for _, n, _ in counts))
     else:
         memory = stage_memory(
             plan=plan,
@@ -503,17 +493,3 @@ def _grad_precision(plan) -> str:
     if plan.precision == "fp32" or plan.zero_stage < 3:
         return "fp32"
     return "fp16" if plan.precision == "fp16" else "bf16"
-
-
-def _serving_memory(s: Scenario, params: float, layers: int) -> InferenceMemory:
-    """Weights of the device, the KV cache of its layers for every sequence's prompt and output,
-    and the prefill's working set."""
-    plan, task = s.plan, s.task
-    act = activation_bytes(plan.precision)
-    batch = task.batch_size // (plan.dp or 1)
-    return InferenceMemory(
-        weights_bytes=params * BYTES_PER_ELEMENT[plan.precision],
-        kv_cache_bytes=batch * (task.prompt_len + task.output_len) * layers * kv_cache_bytes_per_token(s.model, plan.tp, act),
-        activations_bytes=prefill_working_bytes(s.model, batch * task.prompt_len, plan.tp, act),
-        capacity_bytes=s.cluster.device.hbm_bytes,
-    )

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
+
 FP8Scaling = Literal["delayed", "current", "block"]
 
 #: bytes per value of the quantized copies
@@ -56,3 +58,13 @@ def gemm_cast_bytes(op, m: float, k: float, n: float, precision: str, scaling: F
         return 0.0, 0.0
     return (m * k * cast_bytes_per_element(precision, scaling, op.input_fused),
             m * n * cast_bytes_per_element(precision, scaling, op.grad_fused))
+
+
+def quantized_scale(precision: str) -> float:
+    """What a low-precision GEMM's saved input weighs against its 16-bit activation.
+
+    FP8/FP4 training with Transformer Engine keeps the quantized copy of a linear layer's input
+    for the weight gradient and drops the 16-bit one (transformer_engine/pytorch/module/linear.py,
+    ``_Linear`` forward: ``saved_inputmat`` is the quantized input, its row-wise data discarded;
+    NVIDIA/TransformerEngine at d0067d0, 2026-08)."""
+    return BYTES_PER_ELEMENT[precision] / activation_bytes(precision) if precision in ("fp8", "fp4") else 1.0
