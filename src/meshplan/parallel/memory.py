@@ -162,8 +162,9 @@ def stage_memory(
     weights over dp x cp (or the hybrid-sharding group; parallel.mesh.weight_replicas) and
     routed-expert weights over their own data-parallel group (parallel.mesh.expert_mesh).
     ``layer_activations`` is [(bytes one layer keeps per micro-batch, trained layers of that kind)].
-    ``frozen_weight_bytes``: bytes of each weight that does not train (LoRA's base, stored in
-    16 bits, FP8 or NF4; lora_base_bytes), where it differs from the plan's weights.
+    ``frozen_weight_bytes``: bytes of each frozen base weight of LoRA's decoder GEMMs (stored in
+    16 bits, FP8 or NF4; lora_base_bytes); the embedding, norms and output layer stay 16-bit, as
+    QLoRA keeps them (Dettmers et al. 2023, Sec. 3).
     """
     tp, pp, v, zero = plan.tp, plan.pp, plan.virtual_pipeline_stages, plan.zero_stage
     edp = expert_mesh(plan)[2]
@@ -185,12 +186,12 @@ def stage_memory(
     quantized = low_precision_weight_bytes(plan.precision, low_precision_params, gathered_low_precision_params, sharded_weights,
                                            fp8_stored)
     weights = sharded(params, expert_params, 3) * state.weight
-    if frozen_weight_bytes is not None:
-        frozen = sharded(params - trainable, expert_params - expert_trainable, 3)
-        weights += frozen * (frozen_weight_bytes - state.weight)
-    elif plan.fp8_params and plan.precision in ("fp8", "fp4"):  # those weights are stored quantized
+    stored = frozen_weight_bytes
+    if stored is None and plan.fp8_params and plan.precision in ("fp8", "fp4"):
+        stored = BYTES_PER_ELEMENT[plan.precision]
+    if stored is not None:  # the decoder's GEMM weights are stored quantized
         held = low_precision_params / shard if sharded_weights else low_precision_params
-        weights -= held * (state.weight - BYTES_PER_ELEMENT[plan.precision])
+        weights -= held * (state.weight - stored)
     bucket = min(trainable, bucket_params) * state.gradient if dp > 1 else 0.0
     return MemoryBreakdown(
         weights_bytes=weights,

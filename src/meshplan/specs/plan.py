@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -143,10 +143,23 @@ class Task(Spec):
     # the power of each node beyond its accelerators (CPUs, DRAM, NICs, switches, fans), counted
     # in the energy (EnergyBreakdown.host_j) only when given: watts, or "catalog" for the
     # cluster's cited figure (Cluster.host_w_per_node)
-    host_w_per_node: Annotated[float, Field(ge=0)] | Literal["catalog"] | None = None
+    host_w_per_node: float | Literal["catalog"] | None = None
     batch_size: Count = 1
     prompt_len: Count = 2048
     output_len: Count = 256
+
+    @field_validator("host_w_per_node", mode="before")
+    @classmethod
+    def _watts_or_catalog(cls, value):
+        if value is None or value == "catalog":
+            return value
+        try:
+            watts = float(value)
+        except (TypeError, ValueError):
+            watts = -1.0
+        if not watts >= 0 or watts == float("inf"):
+            raise MeshplanError("host_w_per_node", value, "watts per node (a number >= 0), or 'catalog' for the cluster's figure")
+        return watts
 
     @model_validator(mode="after")
     def _fields_fit_the_kind(self) -> "Task":

@@ -24,6 +24,7 @@ from meshplan.timeline.passes import (
 from meshplan.timeline.paired import paired_pass
 from meshplan.timeline.pipeline_schedule import StageWork, pipeline_time
 from meshplan.units import format_bytes
+from meshplan.workloads.lora import trainable_params
 from meshplan.workloads.ops import dense_flop
 
 AXES = CATEGORIES[1:]
@@ -239,6 +240,9 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         stage_layers=s.stage_layers,
         pipeline_split=s.pipeline_split,
         energy=step_energy(costed, step_s),
+        params=program.graph.params,
+        trainable_params=trainable_params(program.graph, not (s.task.kind == "finetune" and s.task.freeze_embedding),
+                                          s.task.frozen_layers if s.task.kind == "finetune" else 0),
         footprint={"pue": s.task.pue, "grid_kg_co2e_per_kwh": s.task.grid_kg_co2e_per_kwh,
                    "price_per_device_hour": s.task.price_per_device_hour},
     )
