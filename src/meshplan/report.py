@@ -43,6 +43,8 @@ def estimate_groups(e: Estimate) -> dict[str, list[tuple[str, str]]]:
         ("pipeline bubble", format_seconds(b.bubble_s)),
         ("optimizer", format_seconds(b.optimizer_s)),
     ]
+    if e.trainable_params < e.params:
+        time_rows.append(("trainable parameters", f"{e.trainable_params:,.0f} of {e.params:,.0f} ({e.trainable_params / e.params:.3%})"))
     if e.pipeline_split != "even":
         time_rows.append(("layers per pipeline stage", f"{_runs(e.stage_layers)} ({e.pipeline_split})"))
     if e.train_tokens:
@@ -76,6 +78,7 @@ def energy_rows(e, step: str = "step") -> list[tuple[str, str]]:
         ("  HBM traffic", format_energy(en.memory_j)),
         *((f"  links {level}", format_energy(j)) for level, j in en.links_j.items() if j > 0),
         ("  idle power", format_energy(en.static_j)),
+        *((("  hosts beyond the devices", format_energy(en.host_j)),) if getattr(en, "host_j", 0.0) > 0 else ()),
         ("power per device (average / busiest)", f"{en.average_device_w:,.0f} W / {en.peak_device_w:,.0f} W of {en.tdp_w:,.0f} W"),
     ]
     if getattr(e, "train_tokens", None):

@@ -12,6 +12,7 @@ from meshplan.costs.power import WorkTally, capped_scale
 from meshplan.errors import MeshplanError
 from meshplan.parallel.program import Comm, Program, ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT
+from meshplan.workloads.ops import backward_work
 
 #: the reverse of each collective in backward (all-gather's gradient is a reduce-scatter)
 BACKWARD_OF = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "send_recv": "send_recv", "all_to_all": "all_to_all"}
@@ -69,8 +70,9 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline
         roof, element_bytes = wide, BYTES_PER_ELEMENT[wide.precision]
     if kind == "matmul":
         fwd = roof.matmul_s(op.m, op.k, op.n, element_bytes)
-        # input gradient (m x n)·(n x k) and weight gradient (k x m)·(m x n): COMET Table 1
-        weight = float(roof.matmul_s(op.k, op.m, op.n, element_bytes))
+        # input gradient (m x n)·(n x k) and weight gradient (k x m)·(m x n): COMET Table 1; a
+        # frozen weight (LoRA's base) gets no weight gradient
+        weight = 0.0 if op.op.frozen else float(roof.matmul_s(op.k, op.m, op.n, element_bytes))
         bwd = float(roof.matmul_s(op.m, op.n, op.k, element_bytes)) + weight
         cast_fwd, cast_bwd = op.cast_bytes  # FP8/FP4: quantize the input, then the output gradient
         if cast_fwd:
@@ -113,7 +115,7 @@ class KindTimes:
 
 
 def _work_j(op: ShardedOp, power, precision: str, element_bytes: float, times: float) -> float:
-    """Dynamic energy of ``times`` forwards' worth of ``op`` (its backward is two, COMET Table 1)."""
+    """Dynamic energy of ``times`` forwards' worth of ``op`` (workloads.ops.backward_work)."""
     tally = WorkTally(precision, element_bytes)
     tally.add(op, times)
     return tally.energy_j(power)
@@ -132,7 +134,8 @@ def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Ro
         t = times[op.op.name]
         again = op.op.name in rerun
         busy = t.forward_s * (2.0 if again else 1.0) + t.backward_s
-        scale = capped_scale(power, tdp_w, _work_j(op, power, precision, element_bytes, 4.0 if again else 3.0), busy)
+        work = (2.0 if again else 1.0) + backward_work(op.op)
+        scale = capped_scale(power, tdp_w, _work_j(op, power, precision, element_bytes, work), busy)
         out[op.op.name] = t if scale == 1.0 else OpTimes(t.forward_s * scale, t.backward_s * scale, t.weight_s * scale)
     return out
 

@@ -4,25 +4,30 @@
 - memory: each op's HBM traffic (meshplan.costs.power.op_work) times the energy per HBM byte;
 - links: each collective's bytes per device on each network level it crosses, times 8 times the
   level's energy per bit (the study's Energy = 8·M·(cost_NV·n_NV + cost_IB·n_IB));
-- static: every device's idle power over the whole step, bubbles and waits included.
+- static: every device's idle power over the whole step, bubbles and waits included;
+- host (only where the task gives ``host_w_per_node``): each node's power beyond its
+  accelerators (CPUs, DRAM, NICs, switches, fans) over the whole step, a flat figure per node.
 
-Backward does twice the forward's work (COMET Table 1); recomputed ops run their forward again;
-frozen layers run forward only. Power capping stretches time, not energy: the energy per unit
+Backward does twice the forward's work (COMET Table 1), a frozen weight's GEMM (LoRA's base) once
+(workloads.ops.backward_work); recomputed ops run their forward again; frozen layers run forward
+only. Power capping stretches time, not energy: the energy per unit
 of work is fixed (meshplan.costs.power), so energy and time stay consistent.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from meshplan.costs.collectives import GroupSpan
 from meshplan.network.algorithms import PASSES
 from meshplan.network.tuner import choose
 from meshplan.costs.costed import ADAM_BYTES_PER_PARAM, BACKWARD_OF, CostedProgram
 from meshplan.costs.power import WorkTally, dynamic_energy_j
+from meshplan.errors import MeshplanError
 from meshplan.parallel.program import Comm, ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT, PowerModel
+from meshplan.workloads.ops import backward_work
 
 BITS_PER_BYTE = 8.0
 
@@ -40,10 +45,11 @@ class EnergyBreakdown:
     peak_device_w: float  # the most loaded role's average power over the step
     tdp_w: float
     by_role_j: dict[str, float] = field(default_factory=dict)  # dynamic energy of one device of each role
+    host_j: float = 0.0  # the nodes beyond their accelerators (Task.host_w_per_node); 0 unless asked
 
     @property
     def total_j(self) -> float:
-        return self.compute_j + self.memory_j + sum(self.links_j.values()) + self.static_j
+        return self.compute_j + self.memory_j + sum(self.links_j.values()) + self.static_j + self.host_j
 
     @property
     def average_device_w(self) -> float:
@@ -53,7 +59,7 @@ class EnergyBreakdown:
 
     def as_dict(self) -> dict:
         return {"compute_j": self.compute_j, "memory_j": self.memory_j, "links_j": dict(self.links_j),
-                "static_j": self.static_j, "total_j": self.total_j, "average_device_w": self.average_device_w,
+                "static_j": self.static_j, "host_j": self.host_j, "total_j": self.total_j, "average_device_w": self.average_device_w,
                 "peak_device_w": self.peak_device_w, "tdp_w": self.tdp_w}
 
 
@@ -92,9 +98,10 @@ class _Tally(WorkTally):
         super().__init__(precision, element_bytes)
         self.link: dict[int, float] = {}  # bytes per level index
 
-    def ops(self, ops: tuple[ShardedOp, ...] | list[ShardedOp], times: float) -> None:
+    def ops(self, ops: tuple[ShardedOp, ...] | list[ShardedOp], times: float, backward: float = 0.0) -> None:
+        """``times`` forwards of each op and ``backward`` backwards (each backward_work forwards' worth)."""
         for op in ops:
-            self.add(op, times)
+            self.add(op, times + backward * backward_work(op.op))
 
     def comms(self, comms: tuple[Comm, ...], times: float, backward: bool = False) -> None:
         for c in comms:
@@ -116,15 +123,15 @@ def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_
     for name, count, frozen in role.layer_counts:
         kind = program.kinds[name]
         trained = (count - frozen) * back
-        t.ops(kind.ops, m * (count + 2 * trained))
+        t.ops(kind.ops, m * count, backward=m * trained)
         t.ops([op for op in kind.ops if op.op.name in kind.recompute_ops], m * trained)
         for comms in (kind.tp_comms, kind.cp_comms, kind.ep_comms):
             t.comms(comms, m * count)
             t.comms(comms, m * trained, backward=True)
             if full:
                 t.comms(comms, m * trained)
-    t.ops(role.tail, m * (1 + 2 * back))
-    t.ops(role.head, m * (1 + 2 * back * embedding_trains))
+    t.ops(role.tail, m, backward=m * back)
+    t.ops(role.head, m, backward=m * back * embedding_trains)
     t.comms((*role.head_comms, *role.tail_comms), m)
     t.comms((*role.head_comms, *role.tail_comms), m * trained_any, backward=True)
     if program.pp_comm is not None:
@@ -187,7 +194,21 @@ def step_energy(costed: CostedProgram, step_s: float) -> EnergyBreakdown | None:
     power = _power(program)
     if power is None:
         return None
-    return _energy(program, power, step_s, program.scenario.num_micro_batches, forward_only=False)
+    energy = _energy(program, power, step_s, program.scenario.num_micro_batches, forward_only=False)
+    return replace(energy, host_j=host_j(program.scenario, step_s))
+
+
+def host_j(s, seconds: float) -> float:
+    """Energy of the nodes beyond their accelerators over ``seconds``: the task's watts per node
+    (or the cluster's catalog figure) times the nodes the job spans; 0 where the task gives none."""
+    host_w = s.task.host_w_per_node
+    if host_w is None:
+        return 0.0
+    if host_w == "catalog":
+        host_w = s.cluster.host_w_per_node
+        if host_w is None:
+            raise MeshplanError("task.host_w_per_node", "catalog", f"cluster {s.cluster.id} has no host_w_per_node; give watts per node")
+    return host_w * math.ceil(s.num_devices / s.cluster.devices_per_node) * seconds
 
 
 def pass_energy(costed: CostedProgram, pass_s: float) -> EnergyBreakdown | None:

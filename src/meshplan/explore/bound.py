@@ -12,7 +12,9 @@ fewest-layer stage. So
     step >= (m + (p - 1)/v) · min_s(L_s) · layer_s
 
 holds for every plan; search evaluates exactly only the plans whose bound can beat the best.
-Finetuning (frozen layers run no backward) keeps the flop bound at the best efficiency.
+Finetuning with frozen layers (they run no backward) keeps the flop bound at the best efficiency;
+LoRA finetuning runs every layer backward, so ``layer_s`` holds for it with its adapters and its
+frozen base GEMMs' input gradients only (op_times of meshplan.workloads.lora's graph).
 
 Energy (meshplan.costs.energy) has a bound of the same kind: every device idles through at least
 the time bound and does at least the work of the fewest-layer stage's layers of the cheapest
@@ -32,6 +34,7 @@ from meshplan.costs.power import WorkTally
 from meshplan.parallel.program import shard_op
 from meshplan.specs import Scenario
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
+from meshplan.workloads.lora import lower_task
 from meshplan.workloads.ops import dense_flop
 from meshplan.workloads.transformer import lower
 
@@ -52,11 +55,11 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
     rows = []
     for s in scenarios:
         p = s.plan
-        if s.task.kind == "finetune":
+        if s.task.kind == "finetune" and not s.task.lora_rank:
             layer_s = _flop_layer_s(s, best)
         else:
             key = (p.tp, p.cp, p.sequence_parallel, p.expert_tp, p.micro_batch_size, s.seq_len, p.precision,
-                   p.flash_attention, p.recompute)
+                   p.flash_attention, p.recompute, s.task.lora_rank, s.task.lora_targets)
             if key not in per_shape:
                 per_shape[key] = _layer_s(s, profile)
             layer_s = per_shape[key]
@@ -69,12 +72,13 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
 
 def _layer_s(s: Scenario, profile) -> float:
     """Compute seconds of the cheapest layer kind, one micro-batch: forward, backward and what
-    the recompute policy runs again, each op through the roofline the estimate uses."""
+    the recompute policy runs again, each op through the roofline the estimate uses (LoRA's
+    adapters included)."""
     p = s.plan
     roof = Roofline.of(s.cluster.device, profile, p.precision)
     element = BYTES_PER_ELEMENT[p.precision]
     sp = p.sequence_parallel and p.tp > 1
-    blocks = lower(s.model, p.micro_batch_size, s.seq_len, activation_bytes(p.precision), p.flash_attention).blocks
+    blocks = lower_task(s.model, s.task, p.micro_batch_size, s.seq_len, activation_bytes(p.precision), p.flash_attention).blocks
     cheapest = float("inf")
     for block in blocks:
         seconds = 0.0

@@ -90,6 +90,20 @@ def state_bytes_per_param(precision: str, grad_precision: str) -> StateBytes:
     return StateBytes(2.0, BYTES_PER_ELEMENT[grad_precision], 12.0)
 
 
+#: bytes per frozen base weight as LoRA finetuning may store it. NF4 (QLoRA: Dettmers et al. 2023,
+#: arXiv:2305.14314, Sec. 3) is 4 bits per weight plus its quantization constants, 0.127 bits per
+#: weight after double quantization (blocks of 64 weights, constants quantized in blocks of 256)
+LORA_BASE_BYTES = {"bf16": 2.0, "fp8": 1.0, "nf4": (4.0 + 0.127) / 8.0}
+
+
+def lora_base_bytes(task, plan) -> float | None:
+    """Bytes per frozen base weight of a LoRA task (specs.plan.Task) whose ``lora_base_dtype`` is
+    set; None where the base weights are stored as the plan stores weights."""
+    if task.kind != "finetune" or not task.lora_rank or task.lora_base_dtype is None:
+        return None
+    return LORA_BASE_BYTES[task.lora_base_dtype]
+
+
 def low_precision_weight_bytes(precision: str, params: float, gathered_params: float, sharded_weights: bool,
                                fp8_params: bool) -> float:
     """The quantized copies of the GEMM weights that FP8/FP4 training keeps.
@@ -139,6 +153,7 @@ def stage_memory(
     bucket_params: float,
     low_precision_params: float = 0.0,
     gathered_low_precision_params: float = 0.0,
+    frozen_weight_bytes: float | None = None,
 ) -> MemoryBreakdown:
     """Bytes per device of one pipeline stage.
 
@@ -147,6 +162,9 @@ def stage_memory(
     weights over dp x cp (or the hybrid-sharding group; parallel.mesh.weight_replicas) and
     routed-expert weights over their own data-parallel group (parallel.mesh.expert_mesh).
     ``layer_activations`` is [(bytes one layer keeps per micro-batch, trained layers of that kind)].
+    ``frozen_weight_bytes``: bytes of each frozen base weight of LoRA's decoder GEMMs (stored in
+    16 bits, FP8 or NF4; lora_base_bytes); the embedding, norms and output layer stay 16-bit, as
+    QLoRA keeps them (Dettmers et al. 2023, Sec. 3).
     """
     tp, pp, v, zero = plan.tp, plan.pp, plan.virtual_pipeline_stages, plan.zero_stage
     edp = expert_mesh(plan)[2]
@@ -164,12 +182,16 @@ def stage_memory(
     # device's own weights; nothing is gathered without data parallelism)
     gathered = min(2.0 * gathered_layer_params, params) * state.weight if zero == 3 and dp > 1 else 0.0
     sharded_weights = zero == 3 and dp > 1
+    fp8_stored = plan.fp8_params or frozen_weight_bytes == LORA_BASE_BYTES["fp8"]
     quantized = low_precision_weight_bytes(plan.precision, low_precision_params, gathered_low_precision_params, sharded_weights,
-                                           plan.fp8_params)
+                                           fp8_stored)
     weights = sharded(params, expert_params, 3) * state.weight
-    if plan.fp8_params and plan.precision in ("fp8", "fp4"):  # those weights are stored quantized
+    stored = frozen_weight_bytes
+    if stored is None and plan.fp8_params and plan.precision in ("fp8", "fp4"):
+        stored = BYTES_PER_ELEMENT[plan.precision]
+    if stored is not None:  # the decoder's GEMM weights are stored quantized
         held = low_precision_params / shard if sharded_weights else low_precision_params
-        weights -= held * (state.weight - BYTES_PER_ELEMENT[plan.precision])
+        weights -= held * (state.weight - stored)
     bucket = min(trainable, bucket_params) * state.gradient if dp > 1 else 0.0
     return MemoryBreakdown(
         weights_bytes=weights,

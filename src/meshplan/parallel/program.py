@@ -18,14 +18,15 @@ from meshplan.errors import MeshplanError
 from meshplan.network.span import capped_rails
 from meshplan.parallel.dispatch import dispatch_buffers, dispatch_spans
 from meshplan.parallel.memory import (
-    InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, serving_memory, stage_memory,
-    state_bytes_per_param,
+    InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, lora_base_bytes, serving_memory,
+    stage_memory, state_bytes_per_param,
 )
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
 from meshplan.parallel.quantize import FP8Scaling, gemm_cast_bytes, quantized_scale
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import AttentionShape, Block, Graph, Op, Saved
+from meshplan.workloads.lora import lower_task
 from meshplan.workloads.transformer import lower
 
 #: Megatron-LM's default DDP bucket (40M parameters), used for every data-parallel collective
@@ -78,6 +79,8 @@ class LayerKind:
     saved_bytes: float  # activations one layer keeps per micro-batch, given the recompute policy
     full_saved_bytes: float  # what it keeps without recompute (the layer being recomputed)
     low_precision_params: float = 0.0  # of params + expert_params, those of FP8/FP4 GEMMs
+    trainable_params: float = 0.0  # of params, those that get gradients (LoRA freezes the base weights)
+    expert_trainable_params: float = 0.0  # of expert_params, likewise
     kv_cache_bytes: float = 0.0  # serving: the cached keys and values one layer reads per pass
 
 
@@ -237,6 +240,8 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
         saved_bytes=kept,
         full_saved_bytes=full,
         low_precision_params=sum(param_share(op, tp, ep, etp) if op.expert else param_share(op, tp) for op in block.ops if op.low_precision),
+        trainable_params=sum(param_share(op, tp) for op in block.ops if not op.expert and not op.frozen),
+        expert_trainable_params=sum(param_share(op, tp, ep, etp) for op in block.ops if op.expert and not op.frozen),
     )
 
 
@@ -294,7 +299,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     if (s.task.kind == "inference") != (phase is not None):
         raise ValueError("an inference task is built per serving phase, a training task without one")
     if phase is None:
-        graph = lower(model, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention)
+        graph = lower_task(model, s.task, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention)
     else:
         _check_serving(s)
         graph = lower(model, s.task.batch_size // (plan.dp or 1), phase.seq_len, act_bytes, plan.flash_attention,
@@ -339,7 +344,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     for name, stage, stages, counts in _roles(s, graph.blocks, frozen_total):
         role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase)
         roles.append(role)
-        expert_trainable = sum(kinds[k].expert_params * (n - f) for k, n, f in counts)
+        expert_trainable = sum(kinds[k].expert_trainable_params * (n - f) for k, n, f in counts)
         worst["params"] = max(worst["params"], role.params - role.expert_params)
         worst["trainable"] = max(worst["trainable"], role.trainable_params - expert_trainable)
         worst["expert"] = max(worst["expert"], role.expert_params)
@@ -400,12 +405,13 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
         tail_comms = (Comm("tp", "all_reduce", graph.tokens / cp * 4.0, 3, spans["tp"]),)
         if sp:
             tail_comms += (Comm("tp", "all_gather", x_bytes, 1, spans["tp"]),)
-    head_params = sum(param_share(op, tp) for op in head_ops)
-    edge_params = head_params + sum(param_share(op, tp) for op in tail_ops)
+    edge_params = sum(param_share(op, tp) for op in (*head_ops, *tail_ops))
     params = edge_params + sum((kinds[k].params + kinds[k].expert_params) * n for k, n, _ in counts)
     expert = sum(kinds[k].expert_params * n for k, n, _ in counts)
-    frozen_params = sum((kinds[k].params + kinds[k].expert_params) * f for k, _, f in counts)
-    trainable = params - frozen_params - (head_params if freeze_embedding else 0.0)
+    expert_trainable = sum(kinds[k].expert_trainable_params * (n - f) for k, n, f in counts)
+    trainable = expert_trainable + sum(kinds[k].trainable_params * (n - f) for k, n, f in counts)
+    trainable += sum(param_share(op, tp) for op in tail_ops if not op.frozen)
+    trainable += 0.0 if freeze_embedding else sum(param_share(op, tp) for op in head_ops if not op.frozen)
     if phase is not None:
         trainable = 0.0
         memory = serving_memory(s, params, sum(n for _, n, _ in counts))
@@ -417,7 +423,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             params=params,
             trainable=trainable,
             expert_params=expert,
-            expert_trainable=expert - sum(kinds[k].expert_params * f for k, _, f in counts),
+            expert_trainable=expert_trainable,
             layer_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts],
             recompute_buffer=max((kinds[k].full_saved_bytes for k, n, f in counts if n > f), default=0.0) if plan.recompute == "full" else 0.0,
             head_activations=0.0 if freeze_embedding else sum(saved_bytes(op.saved, tp, cp, sp, False) for op in head_ops),
@@ -429,6 +435,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             micro_batches=s.num_micro_batches,
             x_bytes=x_bytes,
             bucket_params=GRAD_BUCKET_PARAMS,
+            frozen_weight_bytes=lora_base_bytes(s.task, plan),
         )
     return Role(
         name=name,

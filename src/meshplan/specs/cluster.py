@@ -95,6 +95,9 @@ class Cluster(Spec):
     max_devices: Count | None = None
     # devices per host (a GB200 NVL72 compute tray holds 4); None: the scale-up domain is the node
     node_devices: Count | None = None
+    # watts a node draws beyond its accelerators (CPUs, DRAM, NICs, switches, fans), with a
+    # source; energy counts it only where the task asks (Task.host_w_per_node)
+    host_w_per_node: float | None = Field(default=None, ge=0)
     sources: dict[str, str] = {}
 
     @model_validator(mode="after")

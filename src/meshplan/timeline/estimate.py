@@ -69,6 +69,8 @@ class Estimate:
     energy: EnergyBreakdown | None = None  # None: the device's profile has no power model
 
     footprint: dict = field(default_factory=dict)  # the task's pue, grid_kg_co2e_per_kwh, price_per_device_hour
+    params: float = 0.0  # the model's parameters (LoRA's adapters included)
+    trainable_params: float = 0.0  # of those, what gets gradients and optimizer state (finetuning: fewer)
 
     def time_to_train_s(self, tokens: float) -> float:
         return tokens / self.tokens_per_s

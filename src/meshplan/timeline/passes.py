@@ -73,7 +73,7 @@ class Half:
     cp_back_s: float = 0.0
     cp_chunks: int = 1
     recompute: tuple[str, ...] = ()  # ops re-run in backward (selective recompute)
-    params: float = 0.0  # weights on this device (head and tail; layers carry theirs in Layer)
+    params: float = 0.0  # trainable weights on this device (head and tail; layers carry theirs in Layer)
     reduce_kind: str = "reduce_scatter"  # the closing collective: reduce_scatter (sequence parallel) or all_reduce
 
 
@@ -147,7 +147,7 @@ def edge_halves(costed: CostedProgram, role_index: int) -> tuple[Half | None, Ha
         ops = _ops(role.head, times.edge_ops)
         close = sum(comm_s(c) for c in role.head_comms)
         head = Half("embedding", ops, 0.0, close, 0.0, sum(comm_s(c, True) for c in role.head_comms), 1,
-                    params=sum(param_share(s.op, tp) for s in role.head),
+                    params=sum(param_share(s.op, tp) for s in role.head if not s.op.frozen),
                     reduce_kind=role.head_comms[0].kind if role.head_comms else "all_reduce")
     if role.tail:
         ops = _ops(role.tail, times.edge_ops)
@@ -155,7 +155,7 @@ def edge_halves(costed: CostedProgram, role_index: int) -> tuple[Half | None, Ha
         reduces = tuple(c for c in role.tail_comms if c not in gathers)
         tail = Half("head", ops, sum(comm_s(c) for c in gathers), sum(comm_s(c) for c in reduces),
                     sum(comm_s(c, True) for c in reduces), sum(comm_s(c, True) for c in gathers), 1,
-                    params=sum(param_share(s.op, tp) for s in role.tail), reduce_kind="all_reduce")
+                    params=sum(param_share(s.op, tp) for s in role.tail if not s.op.frozen), reduce_kind="all_reduce")
     return head, tail
 
 
@@ -404,7 +404,7 @@ class Layer:
     halves: tuple[Half, ...]
     count: int
     frozen: int
-    params: float  # per layer, for the data-parallel shares
+    params: float  # trainable weights per layer, for the data-parallel shares
 
 
 def _gathers(layers: list[tuple[Layer, int]], depth: int):

@@ -24,6 +24,7 @@ from meshplan.timeline.passes import (
 from meshplan.timeline.paired import paired_pass
 from meshplan.timeline.pipeline_schedule import StageWork, pipeline_time
 from meshplan.units import format_bytes
+from meshplan.workloads.lora import trainable_params
 from meshplan.workloads.ops import dense_flop
 
 AXES = CATEGORIES[1:]
@@ -52,7 +53,7 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
     role = program.roles[index]
     overlap = Overlap.of(costed)
     layers = [
-        Layer(k, layer_halves(costed, k), n, f, program.kinds[k].params + program.kinds[k].expert_params)
+        Layer(k, layer_halves(costed, k), n, f, program.kinds[k].trainable_params + program.kinds[k].expert_trainable_params)
         for k, n, f in role.layer_counts
     ]
     head, tail = edge_halves(costed, index)
@@ -239,6 +240,9 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         stage_layers=s.stage_layers,
         pipeline_split=s.pipeline_split,
         energy=step_energy(costed, step_s),
+        params=program.graph.params,
+        trainable_params=trainable_params(program.graph, not (s.task.kind == "finetune" and s.task.freeze_embedding),
+                                          s.task.frozen_layers if s.task.kind == "finetune" else 0),
         footprint={"pue": s.task.pue, "grid_kg_co2e_per_kwh": s.task.grid_kg_co2e_per_kwh,
                    "price_per_device_hour": s.task.price_per_device_hour},
     )
@@ -258,21 +262,21 @@ def _flop_per_step(program) -> tuple[float, float]:
     # routed experts counted at the balanced load: imbalance costs time, not model flop
     scale = 1.0 / s.model.moe.routed_factor if s.model.moe else 1.0
 
-    def dense(ops, names=None):
-        return dense_flop(ops, names, expert_scale=scale)
+    def dense(ops, names=None, backward=False):
+        return dense_flop(ops, names, expert_scale=scale, backward=backward)
 
     frozen = s.task.frozen_layers if s.task.kind == "finetune" else 0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
     head, tail = dense(graph.head.ops), dense(graph.tail.ops)
     forward = head + tail
-    backward = 2.0 * (tail + (head if embedding_trains else 0.0))
+    backward = dense(graph.tail.ops, backward=True) + (dense(graph.head.ops, backward=True) if embedding_trains else 0.0)
     recompute = 0.0
     first = 0
     for block in graph.blocks:
         trained = block.count - min(max(frozen - first, 0), block.count)
         per_layer = dense(block.ops)
         forward += per_layer * block.count
-        backward += 2.0 * per_layer * trained
+        backward += dense(block.ops, backward=True) * trained
         recompute += dense(block.ops, program.kinds[block.name].recompute_ops) * trained
         first += block.count
     model = (forward + backward) * micro_batches_total

@@ -86,13 +86,25 @@ class Op:
     # activation's backward writes its output gradient quantized (TE dact_cast_transpose)
     input_fused: bool = False
     grad_fused: bool = False
+    # a weight that gets no gradient (LoRA's frozen base weights, meshplan.workloads.lora):
+    # backward still runs the input gradient through it, never the weight gradient
+    frozen: bool = False
 
 
-def dense_flop(ops, names: set[str] | tuple[str, ...] | None = None, expert_scale: float = 1.0) -> float:
+def backward_work(op: Op) -> float:
+    """Forwards' worth of work in ``op``'s backward (COMET Table 1): a matmul runs an
+    input-gradient and a weight-gradient GEMM of the forward's flop each, one whose weight is
+    ``frozen`` only the input gradient; attention does twice its forward; memory-bound ops move
+    twice their bytes."""
+    return 1.0 if op.kind == "matmul" and op.frozen else 2.0
+
+
+def dense_flop(ops, names: set[str] | tuple[str, ...] | None = None, expert_scale: float = 1.0, backward: bool = False) -> float:
     """Flop of the matmul and attention ops (the count Megatron's Eq. 3 makes), optionally only
-    those named, with routed-expert ops scaled by ``expert_scale``."""
+    those named, with routed-expert ops scaled by ``expert_scale``; ``backward``: of their
+    backward (backward_work)."""
     return sum(
-        op.flop * (expert_scale if op.expert else 1.0)
+        op.flop * (expert_scale if op.expert else 1.0) * (backward_work(op) if backward else 1.0)
         for op in ops
         if op.kind in ("matmul", "attention") and (names is None or op.name in names)
     )
