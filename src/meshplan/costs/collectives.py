@@ -10,18 +10,51 @@ and ``network.topology`` (fat trees, rails, rings, tori, dragonflies, bisection 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
+from meshplan.errors import MeshplanError
 from meshplan.network.span import GroupSpan, LevelHop, group_span
-from meshplan.network.tuner import collective_time_s
+from meshplan.network.tuner import collective_time_s, usable_algorithms
+from meshplan.specs.plan import COLLECTIVE_ALGORITHMS
 
 CollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 Algorithm = Literal["auto", "ring", "tree", "hierarchical", "halving_doubling", "bucket", "nvls", "nvls_tree",
                     "collnet", "direct"]
 Protocol = Literal["auto", "LL", "LL128", "Simple"]
 
-__all__ = ["Algorithm", "CollectiveKind", "GroupSpan", "LevelHop", "Protocol", "bytes_sent_per_device",
-           "collective_s", "group_span"]
+__all__ = ["AUTO", "Algorithm", "CollectiveKind", "GroupSpan", "LevelHop", "NcclChoice", "Protocol",
+           "bytes_sent_per_device", "collective_s", "group_span", "plan_collective_s"]
+
+#: kinds a forced protocol applies to (all-to-all sends pick theirs by NCCL_P2P_LL_THRESHOLD)
+PROTOCOL_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+@dataclass(frozen=True)
+class NcclChoice:
+    """A plan's NCCL_ALGO / NCCL_PROTO (``Plan.collective_algorithm``, ``collective_protocol``).
+
+    ``algorithm`` is the plan's canonical text: "auto", one algorithm (forced on every kind it
+    runs), or "kind:algorithm;..." pairs."""
+
+    algorithm: str = "auto"
+    protocol: str = "auto"
+
+    @classmethod
+    def of(cls, plan) -> "NcclChoice":
+        return cls(plan.collective_algorithm, plan.collective_protocol)
+
+    def for_kind(self, kind: str) -> tuple[str, str]:
+        """(algorithm, protocol) forced on a collective of ``kind``; "auto" where nothing is."""
+        if ":" in self.algorithm:
+            algorithm = dict(pair.split(":") for pair in self.algorithm.split(";")).get(kind, "auto")
+        else:
+            algorithm = self.algorithm if kind in COLLECTIVE_ALGORITHMS.get(self.algorithm, ()) else "auto"
+        return algorithm, self.protocol if kind in PROTOCOL_KINDS else "auto"
+
+
+AUTO = NcclChoice()
 
 
 def collective_s(kind: CollectiveKind, bytes_: float, span: GroupSpan, algorithm: Algorithm = "auto",
@@ -42,3 +75,33 @@ def bytes_sent_per_device(kind: CollectiveKind, bytes_: float, n: int) -> float:
     factor = {"all_reduce": 2.0 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
               "all_to_all": (n - 1) / n, "send_recv": 1.0}[kind]
     return factor * bytes_
+
+
+def plan_collective_s(kind: CollectiveKind, bytes_: float, span: GroupSpan, choice: NcclChoice, axis: str) -> float:
+    """Time of one of a plan's collectives with the plan's forced algorithm and protocol.
+
+    A forced algorithm or protocol that cannot run this collective where its group sits (NVLS
+    off an NVSwitch, NVLS within a node for a group that crosses the network, LL on NVLS) is
+    an error naming the plan field, as NCCL fails a call when NCCL_ALGO / NCCL_PROTO leave it no
+    algorithm ("no algorithm/protocol available", src/enqueue.cc)."""
+    if choice is AUTO:
+        return collective_time_s(kind, bytes_, span)
+    algorithm, protocol = choice.for_kind(kind)
+    if (algorithm, protocol) != ("auto", "auto") and span.hops and bytes_ > 0:
+        _check_forced(kind, span, algorithm, protocol, axis)
+    return collective_time_s(kind, bytes_, span, algorithm, protocol)
+
+
+@lru_cache(maxsize=4096)
+def _check_forced(kind: str, span: GroupSpan, algorithm: str, protocol: str, axis: str) -> None:
+    usable = usable_algorithms(kind, 1 << 20, span, protocol)
+    if algorithm == "auto" and usable or algorithm in usable:
+        return
+    where = ", ".join(f"level {h.level} ({h.fabric.kind}, {h.fabric.link})" for h in span.hops)
+    what = f"the {axis} {kind.replace('_', '-')} over {span.size} devices ({where})"
+    if algorithm in usable_algorithms(kind, 1 << 20, span):
+        raise MeshplanError("plan.collective_protocol", protocol,
+                            f"{algorithm} cannot run {what} with it; it runs with auto or "
+                            f"{', '.join(p for p in ('LL', 'LL128', 'Simple') if algorithm in usable_algorithms(kind, 1 << 20, span, p))}")
+    raise MeshplanError("plan.collective_algorithm", algorithm,
+                        f"cannot run {what}; valid there: auto, {', '.join(usable) or 'none'}")

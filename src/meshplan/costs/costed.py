@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan import catalog
-from meshplan.costs.collectives import collective_s
+from meshplan.costs.collectives import plan_collective_s
 from meshplan.costs.compute import Roofline
 from meshplan.costs.power import WorkTally, capped_scale
 from meshplan.errors import MeshplanError
@@ -92,8 +92,9 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline
 
 
 def comm_s(comm: Comm, backward: bool = False) -> float:
+    """Seconds of ``comm`` (of its backward with ``backward``), with the plan's forced algorithm."""
     kind = BACKWARD_OF[comm.kind] if backward else comm.kind
-    return comm.count * collective_s(kind, comm.bytes, comm.span)  # type: ignore[arg-type]
+    return comm.count * plan_collective_s(kind, comm.bytes, comm.span, comm.nccl, comm.axis)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

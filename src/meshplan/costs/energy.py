@@ -106,7 +106,9 @@ class _Tally(WorkTally):
     def comms(self, comms: tuple[Comm, ...], times: float, backward: bool = False) -> None:
         for c in comms:
             kind = BACKWARD_OF[c.kind] if backward else c.kind
-            algorithm = choose(kind, c.bytes, c.span)[0] if kind in PASSES and c.span.hops else "hierarchical"
+            algorithm = "hierarchical"
+            if kind in PASSES and c.span.hops:  # the algorithm the collective is timed with
+                algorithm = choose(kind, c.bytes, c.span, *c.nccl.for_kind(kind))[0]
             for level, moved in level_bytes(kind, c.bytes, c.span, algorithm).items():
                 self.link[level] = self.link.get(level, 0.0) + times * c.count * moved
 

@@ -73,6 +73,16 @@ def choose(kind: str, bytes_: float, span: GroupSpan, algorithm: str = "auto",
     return best
 
 
+def usable_algorithms(kind: str, bytes_: float, span: GroupSpan, protocol: str = "auto") -> tuple[str, ...]:
+    """The algorithms NCCL (or, on a torus of chip links, the torus library) can run for this
+    collective on ``span`` with ``protocol``: the ones a plan may force there. Forcing one of them
+    is never faster than the tuner's pick, which takes the fastest of the same candidates."""
+    nccl = all(h.fabric.link in ("nvlink", "pcie", "network") for h in span.hops)
+    names = (NCCL_CANDIDATES if nccl else TORUS_CANDIDATES).get(kind, ())
+    protocols = PROTOCOLS if protocol == "auto" else (protocol,)
+    return tuple(n for n in names if any(ALGORITHMS[n](kind, float(bytes_), span, p) is not None for p in protocols))
+
+
 def collective_time_s(kind: str, bytes_: float, span: GroupSpan, algorithm: str = "auto",
                       protocol: str = "auto") -> float:
     """Seconds of the fastest (or the forced) algorithm x protocol."""

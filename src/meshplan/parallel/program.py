@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from meshplan.costs.collectives import CollectiveKind, GroupSpan, group_span
+from meshplan.costs.collectives import AUTO, CollectiveKind, GroupSpan, NcclChoice, group_span
 from meshplan.errors import MeshplanError
 from meshplan.network.span import capped_rails
 from meshplan.parallel.dispatch import dispatch_buffers, dispatch_spans
+from meshplan.parallel.forced import forced_collectives
 from meshplan.parallel.memory import (
     InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, lora_base_bytes, serving_memory,
     stage_memory, state_bytes_per_param,
@@ -62,6 +63,7 @@ class Comm:
     # where an edge (embedding, output layer) collective sits: before its ops ("open") or after
     # them ("close"); "" by kind, gathers before and the rest after
     at: str = ""
+    nccl: NcclChoice = AUTO  # the plan's forced algorithm and protocol (NCCL_ALGO / NCCL_PROTO)
 
 
 @dataclass(frozen=True)
@@ -353,7 +355,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, max(s.stage_layers)) if phase is None else ((), ())
     optimizer_params = worst["trainable"] / (shard if plan.zero_stage >= 1 else 1)
     optimizer_params += worst["expert_trainable"] / (edp if plan.zero_stage >= 1 else 1)
-    return Program(
+    return forced_collectives(Program(
         scenario=scenario,
         graph=graph,
         kinds=kinds,
@@ -365,7 +367,8 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         element_bytes=BYTES_PER_ELEMENT[plan.precision],
         optimizer_params=optimizer_params,
         phase=phase,
-    )
+    ), NcclChoice.of(plan))
+
 
 
 def _check_serving(s: Scenario) -> None:

@@ -16,6 +16,22 @@ EPOverlap = Literal["none", "paired"]
 Framework = Literal["megatron-lm", "megatron-core", "nemo", "torchtitan", "deepspeed", "llm-foundry"]
 TrainPrecision = Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
 AXES = ("tp", "cp", "dp", "pp")
+#: collective algorithms a plan may force (meshplan.network.algorithms), and the kinds each runs
+COLLECTIVE_ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "ring": ("all_reduce", "all_gather", "reduce_scatter"),
+    "tree": ("all_reduce",),
+    "nvls": ("all_reduce",),
+    "nvls_tree": ("all_reduce",),
+    "collnet": ("all_reduce",),
+    "hierarchical": ("all_reduce", "all_gather", "reduce_scatter"),
+    "halving_doubling": ("all_reduce", "all_gather", "reduce_scatter"),
+    "bucket": ("all_reduce", "all_gather", "reduce_scatter"),
+    "direct": ("all_to_all",),
+}
+#: NCCL_ALGO's spellings of the same algorithms (NCCL docs, Environment Variables, NCCL_ALGO)
+NCCL_ALGO_NAMES = {"nvlstree": "nvls_tree", "collnetdirect": "collnet", "collnetchain": "collnet"}
+COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+COLLECTIVE_PROTOCOLS = ("auto", "LL", "LL128", "Simple")
 
 
 class Plan(Spec):
@@ -76,6 +92,13 @@ class Plan(Spec):
     # at most this many NICs of a node (links of a lower-level domain) carry one collective; None:
     # the cluster's rails, every NIC, as NCCL stripes its channels (meshplan.network.span)
     network_rails: Count | None = None
+    # NCCL_ALGO / NCCL_PROTO for the plan's collectives; "auto" lets NCCL's tuner pick per call
+    # (meshplan.network.tuner). An algorithm applies to every collective kind it runs ("tree":
+    # all-reduces only); "all_reduce:tree;all_gather:ring" (or a mapping) forces one per kind,
+    # as NCCL_ALGO's per-collective form does. A protocol applies to all-reduce, all-gather and
+    # reduce-scatter (all-to-all sends follow NCCL_P2P_LL_THRESHOLD).
+    collective_algorithm: str = "auto"
+    collective_protocol: str = "auto"
     order: str = "tp-cp-dp-pp"
 
     @model_validator(mode="before")
@@ -90,6 +113,19 @@ class Plan(Spec):
                 data = {**preset, **data}
         return data
 
+    @field_validator("collective_algorithm", mode="before")
+    @classmethod
+    def _known_algorithms(cls, value):
+        return forced_algorithms_text(value)
+
+    @field_validator("collective_protocol", mode="before")
+    @classmethod
+    def _known_protocol(cls, value):
+        by_name = {p.lower(): p for p in COLLECTIVE_PROTOCOLS}
+        if not isinstance(value, str) or value.lower() not in by_name:
+            raise MeshplanError("collective_protocol", value, f"one of {', '.join(COLLECTIVE_PROTOCOLS)} (NCCL_PROTO)")
+        return by_name[value.lower()]
+
     @field_validator("order")
     @classmethod
     def _order_is_a_permutation(cls, order: str) -> str:
@@ -101,6 +137,42 @@ class Plan(Spec):
     @property
     def model_parallel(self) -> int:
         return self.tp * self.cp * self.pp
+
+
+def _algorithm_name(name: object) -> str | None:
+    if not isinstance(name, str):
+        return None
+    key = name.lower().replace("-", "_")
+    key = NCCL_ALGO_NAMES.get(key.replace("_", ""), key)
+    return key if key in COLLECTIVE_ALGORITHMS or key == "auto" else None
+
+
+def forced_algorithms_text(value: object) -> str:
+    """``collective_algorithm`` as one canonical string: "auto", an algorithm, or
+    "kind:algorithm;kind:algorithm" for a mapping (kept a string, so a Plan stays hashable)."""
+    valid = (f"auto, one of {', '.join(COLLECTIVE_ALGORITHMS)}, or kind:algorithm pairs joined by ';' "
+             f"(kinds {', '.join(COLLECTIVE_KINDS)})")
+    if isinstance(value, str) and ":" not in value:
+        name = _algorithm_name(value.strip())
+        if name is None:
+            raise MeshplanError("collective_algorithm", value, valid)
+        return name
+    if isinstance(value, str):
+        value = dict(part.split(":", 1) if ":" in part else (part, "") for part in value.split(";") if part.strip())
+    if not isinstance(value, dict) or not value:
+        raise MeshplanError("collective_algorithm", value, valid)
+    pairs = []
+    for kind, name in value.items():
+        kind_key = str(kind).strip().lower().replace("-", "_")
+        kind_key = {k.replace("_", ""): k for k in COLLECTIVE_KINDS}.get(kind_key.replace("_", ""), kind_key)
+        algorithm = _algorithm_name(str(name).strip())
+        if kind_key not in COLLECTIVE_KINDS or algorithm is None:
+            raise MeshplanError("collective_algorithm", value, valid)
+        if algorithm != "auto" and kind_key not in COLLECTIVE_ALGORITHMS[algorithm]:
+            raise MeshplanError("collective_algorithm", value,
+                                f"{algorithm} runs {', '.join(COLLECTIVE_ALGORITHMS[algorithm])}, not {kind_key}")
+        pairs.append(f"{kind_key}:{algorithm}")
+    return ";".join(sorted(pairs))
 
 
 #: which linear layers of each decoder layer get LoRA adapters: "attention" (the query/key/value

@@ -1,0 +1,62 @@
+"""Step time of one model scaled with device count follows the measured trend (issue 9).
+
+tests/data/scaling_cases.yaml: MLPerf Training v3.1 GPT-3 175B on NVIDIA Eos (DGX H100, FP8), the
+same TP 4 x PP 8 plan at 512, 8192 and 10752 GPUs, each step time the log's steady-state
+train_step_timing (the file cites each log and plan, and lists what it infers).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from meshplan.io.validation_cases import validate
+
+CASES = Path(__file__).parent / "data" / "scaling_cases.yaml"
+
+#: the per-GPU throughput ratio, largest over smallest scale, within this much of the measured one
+RATIO_TOLERANCE = 0.15
+
+
+@pytest.fixture(scope="module")
+def scored():
+    results = validate(CASES)
+    cases = {c["id"]: c for c in yaml.safe_load(CASES.read_text())}
+    return [(r, cases[r.id]) for r in results]
+
+
+def per_gpu_tokens_per_s(step_time_s: float, case: dict) -> float:
+    tokens = case["batch"]["global_batch_sequences"] * case["batch"]["seq_len"]
+    return tokens / step_time_s / case["hardware"]["num_devices"]
+
+
+def test_every_scaling_case_is_scored_cites_its_log_and_matches_its_tokens_per_gpu(scored):
+    assert len(scored) >= 3
+    scales = sorted(c["hardware"]["num_devices"] for _, c in scored)
+    assert scales[0] <= 512 and scales[-1] >= 8192
+    for result, case in scored:
+        assert result.error is None and result.fits, result
+        assert "github.com/mlcommons/training_results_v3.1" in case["source"]
+        assert per_gpu_tokens_per_s(case["measured"]["step_time_s"], case) == pytest.approx(
+            case["measured"]["tokens_per_s_per_gpu"], rel=1e-3)
+
+
+def test_the_smallest_scale_is_predicted_within_10_percent(scored):
+    smallest = min(scored, key=lambda rc: rc[1]["hardware"]["num_devices"])[0]
+    assert abs(smallest.relative_error) < 0.10
+
+
+@pytest.mark.xfail(strict=True, reason="known miss, issue 9: at 8192 and 10752 GPUs the predicted step is "
+                   "2.0x and 3.0x the measured one; the pipeline's idle time (bubble 1.6-1.8 s against 0.06 s "
+                   "expected from (p-1)/(v·m)) and the ZeRO-1 data-parallel exposure over 256-336 ranks grow "
+                   "where the measurement stays flat")
+def test_per_gpu_throughput_ratio_from_smallest_to_largest_scale_follows_the_measurement(scored):
+    ordered = sorted(scored, key=lambda rc: rc[1]["hardware"]["num_devices"])
+    (small, small_case), (large, large_case) = ordered[0], ordered[-1]
+    measured = (per_gpu_tokens_per_s(large.measured_step_time_s, large_case)
+                / per_gpu_tokens_per_s(small.measured_step_time_s, small_case))
+    predicted = (per_gpu_tokens_per_s(large.predicted_step_time_s, large_case)
+                 / per_gpu_tokens_per_s(small.predicted_step_time_s, small_case))
+    assert predicted == pytest.approx(measured, rel=RATIO_TOLERANCE)
