@@ -123,28 +123,28 @@ def _work_j(op: ShardedOp, power, precision: str, element_bytes: float, times: f
 
 
 def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Roofline, power, tdp_w: float,
-                 precision: str, element_bytes: float, rerun: tuple[str, ...] = ()) -> dict[str, OpTimes]:
+                 precision: str, element_bytes: float) -> dict[str, OpTimes]:
     """``times`` stretched as the power cap stretches them (meshplan.costs.power): each op's
-    forward and backward (and its forward again if ``rerun`` by recompute) draw its dynamic
-    energy over their time. Per op, so every op's capped time is max(time, energy / headroom):
-    never longer on a faster device."""
+    forward (run again by recompute the same way) and its backward draw their dynamic energy
+    over their own time. Per op and pass, so every capped time is max(time, energy / headroom):
+    never longer on a faster device (a cap shared by forward and backward would move time
+    between them as their uncapped times change unevenly)."""
     if power is None or not power.cap_clocks:
         return times
     out = {}
     for op in ops:
         t = times[op.op.name]
-        again = op.op.name in rerun
-        busy = t.forward_s * (2.0 if again else 1.0) + t.backward_s
-        work = (2.0 if again else 1.0) + backward_work(op.op)
-        scale = capped_scale(power, tdp_w, _work_j(op, power, precision, element_bytes, work), busy)
-        out[op.op.name] = t if scale == 1.0 else OpTimes(t.forward_s * scale, t.backward_s * scale, t.weight_s * scale)
+        forward_j = _work_j(op, power, precision, element_bytes, 1.0)
+        f = capped_scale(power, tdp_w, forward_j, t.forward_s)
+        b = capped_scale(power, tdp_w, forward_j * backward_work(op.op), t.backward_s)
+        out[op.op.name] = t if f == b == 1.0 else OpTimes(t.forward_s * f, t.backward_s * b, t.weight_s * b)
     return out
 
 
 def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None, wide: Roofline | None = None) -> KindTimes:
     ops = {op.op.name: op_times(op, roof, element_bytes, wide) for op in kind.ops}
     if cap is not None:
-        ops = cap(ops, kind.ops, kind.recompute_ops)
+        ops = cap(ops, kind.ops)
     tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
@@ -178,8 +178,8 @@ def cost_program(program: Program) -> CostedProgram:
     if power is not None and device.tdp_w <= power.idle_w:
         raise MeshplanError("device.tdp_w", device.tdp_w, f"more than the {device.efficiency} profile's idle power ({power.idle_w} W)")
 
-    def cap(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], rerun: tuple[str, ...] = ()) -> dict[str, OpTimes]:
-        return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb, rerun)
+    def cap(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...]) -> dict[str, OpTimes]:
+        return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb)
 
     kinds = {name: _kind_times(kind, roof, eb, full, cap, wide) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
