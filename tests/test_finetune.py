@@ -15,7 +15,7 @@ def _finetune(frozen, **extra):
 
 
 def test_frozen_layers_have_no_gradients_or_optimizer_state():
-    from meshplan.parallel.program import param_share
+    from meshplan.parallel.shard import param_share
     from meshplan.workloads.transformer import lower
 
     model = catalog.model("llama3-8b")

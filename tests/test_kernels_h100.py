@@ -21,7 +21,7 @@ from meshplan.costs.compute import Roofline
 from meshplan.costs.costed import op_times
 from meshplan.costs.kernels import Chip, attention_s, gemm_s, memory_op_s
 from meshplan.errors import MeshplanError
-from meshplan.parallel.program import shard_op
+from meshplan.parallel.shard import shard_op
 from meshplan.specs.base import build
 from meshplan.specs.device import Device, Efficiency
 from meshplan.specs.model import TransformerModel

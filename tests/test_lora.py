@@ -12,7 +12,7 @@ from meshplan.errors import MeshplanError
 from meshplan.explore.bound import lower_bounds
 from meshplan.explore.search import brute_force, search
 from meshplan.explore.space import SearchSpace, expand
-from meshplan.parallel.program import shard_op
+from meshplan.parallel.shard import shard_op
 from meshplan.specs import Plan, Task
 from meshplan.workloads.lora import with_adapters
 from meshplan.workloads.ops import dense_flop

@@ -10,7 +10,8 @@ from meshplan.costs.collectives import plan_collective_s
 from meshplan.costs.compute import Roofline
 from meshplan.costs.power import WorkTally, capped_scale
 from meshplan.errors import MeshplanError
-from meshplan.parallel.program import Comm, Program, ShardedOp
+from meshplan.parallel.program import Comm, Program
+from meshplan.parallel.shard import ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.workloads.ops import backward_work
 

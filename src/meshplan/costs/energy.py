@@ -20,12 +20,13 @@ import math
 from dataclasses import dataclass, field, replace
 
 from meshplan.costs.collectives import GroupSpan
-from meshplan.network.algorithms import PASSES
-from meshplan.network.tuner import choose
 from meshplan.costs.costed import ADAM_BYTES_PER_PARAM, BACKWARD_OF, CostedProgram
 from meshplan.costs.power import WorkTally, dynamic_energy_j
 from meshplan.errors import MeshplanError
-from meshplan.parallel.program import Comm, ShardedOp
+from meshplan.network.algorithms import PASSES
+from meshplan.network.tuner import choose
+from meshplan.parallel.program import Comm
+from meshplan.parallel.shard import ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT, PowerModel
 from meshplan.workloads.ops import backward_work
 

@@ -31,7 +31,7 @@ from meshplan import catalog
 from meshplan.costs.compute import Roofline
 from meshplan.costs.costed import op_times
 from meshplan.costs.power import WorkTally
-from meshplan.parallel.program import shard_op
+from meshplan.parallel.shard import shard_op
 from meshplan.specs import Scenario
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.workloads.lora import lower_task

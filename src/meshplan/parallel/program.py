@@ -23,32 +23,17 @@ from meshplan.parallel.memory import (
     stage_memory, state_bytes_per_param,
 )
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
-from meshplan.parallel.quantize import FP8Scaling, gemm_cast_bytes, quantized_scale
+from meshplan.parallel.quantize import quantized_scale
+from meshplan.parallel.shard import ShardedOp, param_share, saved_bytes, shard_op
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
-from meshplan.workloads.ops import AttentionShape, Block, Graph, Op, Saved
+from meshplan.workloads.ops import Block, Graph
 from meshplan.workloads.lora import lower_task
 from meshplan.workloads.transformer import lower
 
 #: Megatron-LM's default DDP bucket (40M parameters), used for every data-parallel collective
 #: of ZeRO stages 0-2: collectives are issued per bucket, so each pays its latency per bucket
 GRAD_BUCKET_PARAMS = 40e6
-
-
-@dataclass(frozen=True)
-class ShardedOp:
-    """An op's share on one device, for one micro-batch."""
-
-    op: Op
-    flop: float
-    bytes: float
-    m: float
-    k: float
-    n: float
-    attention: AttentionShape | None = None  # attention ops: the shape of this device's call
-    # FP8/FP4 GEMMs: HBM bytes of quantizing the input (forward) and the output gradient
-    # (backward), meshplan.parallel.quantize
-    cast_bytes: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -136,55 +121,6 @@ class Program:
     element_bytes: float  # matmul operand bytes
     optimizer_params: float  # parameters one device updates (after ZeRO sharding), worst role
     phase: Phase | None = None  # serving: the pass this program is
-
-
-def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None, precision: str = "bf16",
-             fp8_scaling: FP8Scaling = "delayed") -> ShardedOp:
-    """One device's share of ``op``. Routed-expert matmuls split their weights ``expert_tp``
-    ways and their tokens over the rest of tp (parallel.mesh.expert_mesh); in FP8/FP4 plans
-    low-precision GEMMs carry their casts (meshplan.parallel.quantize)."""
-    split = {"tp": tp, "sp": tp if sp else 1, "none": 1}[op.shard]
-    if op.kind == "matmul":
-        weight_split = expert_tp if op.expert and expert_tp else tp
-        m, k, n = op.m / cp / (tp // weight_split), op.k, op.n
-        if op.shard_dim == "n":
-            n /= weight_split
-        elif op.shard_dim == "k":
-            k /= weight_split
-        return ShardedOp(op, 2.0 * m * k * n, 0.0, m, k, n, cast_bytes=gemm_cast_bytes(op, m, k, n, precision, fp8_scaling))
-    if op.kind == "lookup":  # vocab-parallel: every rank writes the full (masked) output
-        return ShardedOp(op, 0.0, op.bytes / cp, 0, 0, 0)
-    shape = _shard_attention(op.attention, tp, cp) if op.attention is not None else None
-    return ShardedOp(op, op.flop / (split * cp), op.bytes / (split * cp), 0, 0, 0, shape)
-
-
-def _shard_attention(shape: AttentionShape, tp: int, cp: int) -> AttentionShape:
-    """One device's attention call: heads split tp ways (key/value heads too, at least one per
-    rank: Megatron replicates them when tp exceeds them); with context parallelism each rank
-    holds seq/cp queries and, with Megatron's load-balanced causal split (two chunks per rank,
-    Megatron-Core context parallelism), computes on 1/cp of the causal work: seq/cp queries that
-    come last of (seq + seq/cp)/2 keys do exactly that (kernels.keys_per_query)."""
-    seq, kv = shape.seq / cp, shape.kv
-    if cp > 1:
-        kv = (shape.kv + seq) / 2.0 if shape.causal else shape.kv
-    return replace(shape, heads=shape.heads / tp, kv_heads=max(shape.kv_heads / tp, 1.0), seq=seq, kv=kv)
-
-
-def saved_bytes(saved: tuple[Saved, ...], tp: int, cp: int, sp: bool, drop_scores: bool, scale: float = 1.0) -> float:
-    total = 0.0
-    for s in saved:
-        if drop_scores and s.attention_scores:
-            continue
-        total += s.bytes / ({"tp": tp, "sp": tp if sp else 1, "none": 1}[s.shard] * cp)
-    return total * scale
-
-
-def param_share(op: Op, tp: int, ep: int = 1, expert_tp: int | None = None) -> float:
-    """Parameters of ``op`` on one device: matmuls and the embedding split over tp (routed
-    experts over expert_tp, default tp, and ep); norms and the router replicate."""
-    if op.expert:
-        return op.params / (expert_tp or tp) / ep
-    return op.params / tp if op.kind in ("matmul", "lookup") and op.shard == "tp" else op.params
 
 
 def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, GroupSpan]) -> LayerKind:

@@ -32,7 +32,8 @@ from meshplan.errors import MeshplanError
 from meshplan.parallel.memory import (
     INDEX_BYTES, DLRMMemory, dense_state_bytes, embedding_state_bytes, optimizer_traffic_bytes,
 )
-from meshplan.parallel.program import Comm, ShardedOp
+from meshplan.parallel.program import Comm
+from meshplan.parallel.shard import ShardedOp
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.specs.dlrm import DLRMModel

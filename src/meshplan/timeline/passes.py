@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from meshplan.costs.costed import CostedProgram, OpTimes, comm_s
-from meshplan.parallel.program import Comm, Role, ShardedOp, param_share
+from meshplan.parallel.program import Comm, Role
+from meshplan.parallel.shard import ShardedOp, param_share
 from meshplan.timeline.engine import Pass, Placed, Segment, State, Task, chunked_s, collective, run
 from meshplan.timeline.links import link_streams
 
