@@ -16,7 +16,7 @@ import meshplan
 from meshplan.costs.costed import OpTimes
 from meshplan.timeline.engine import Segment, State, Task, chunked_s, collective, compute, repeat, schedule_pass, unrolled
 from meshplan.timeline.passes import (
-    DataParallel, Half, Layer, Op, Overlap, backward_pass, forward_pass,
+    DataParallel, Half, Layer, Op, Overlap, backward_pass, first_forward_pass, forward_pass,
 )
 from meshplan.timeline.paired import paired_pass
 
@@ -110,6 +110,23 @@ def test_parameter_gather_ahead_of_first_forward():
     p = forward_pass("f0", two_layers(half("h", [op("a", 3, 6)])), None, None, no_dp(param_share_s=2.0), overlap(),
                      first_micro_batch=True)
     assert schedule_pass(p).time_s == pytest.approx(8.0)
+
+
+def test_first_bucket_gathered_from_the_start_of_the_step():
+    """Megatron-Core gathers a chunk's first bucket from the step's start (zero_grad) and each
+    later bucket from the pre-hook of the one before: 4 layers of 1 parameter, 3 s of compute,
+    2 s of all-gather each; the first bucket covers 2 layers. First stage: waits for it [0,4],
+    runs layers 0-1 [4,10] while layer 2's gather (dispatched at their start) runs [4,6]; layer 2
+    [10,13] dispatches layer 3's [10,12]; layer 3 [13,16] = 16. A later stage waits for nothing:
+    12, an ordinary forward. Gathering one layer ahead from the start instead: 2 + 4 x 3 = 14."""
+    four = [Layer("layer", (half("h", [op("a", 3, 6)]),), 4, 0, 1.0)]
+    dp = no_dp(param_share_s=2.0)
+    first = first_forward_pass("f0", four, None, None, dp, overlap(), prestart_params=2.0, waited_params=2.0)
+    later = first_forward_pass("f0", four, None, None, dp, overlap(), prestart_params=2.0, waited_params=0.0)
+    assert schedule_pass(first).time_s == pytest.approx(16.0)
+    assert schedule_pass(later).time_s == pytest.approx(12.0)
+    plain = forward_pass("f0", four, None, None, dp, overlap(), first_micro_batch=True)
+    assert schedule_pass(plain).time_s == pytest.approx(14.0)
 
 
 def test_expert_all_to_all_paired():

@@ -31,9 +31,12 @@ from meshplan.workloads.ops import Block, Graph
 from meshplan.workloads.lora import lower_task
 from meshplan.workloads.transformer import lower
 
-#: Megatron-LM's default DDP bucket (40M parameters), used for every data-parallel collective
-#: of ZeRO stages 0-2: collectives are issued per bucket, so each pays its latency per bucket
-GRAD_BUCKET_PARAMS = 40e6
+def grad_bucket_params(plan) -> float:
+    """Parameters per data-parallel bucket: Megatron-Core's default ``bucket_size``,
+    max(40M, 1M x the data-parallel (x context-parallel) size), "larger DP sizes need larger
+    buckets to ensure collectives do not become latency-bound" (megatron/core/distributed/
+    distributed_data_parallel_config.py). ZeRO stages 0-2 issue their collectives per bucket."""
+    return max(40e6, 1e6 * weight_replicas(plan)[0])
 
 
 @dataclass(frozen=True)
@@ -373,7 +376,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             stage=stage,
             micro_batches=s.num_micro_batches,
             x_bytes=x_bytes,
-            bucket_params=GRAD_BUCKET_PARAMS,
+            bucket_params=grad_bucket_params(plan),
             frozen_weight_bytes=lora_base_bytes(s.task, plan),
         )
     return Role(
@@ -400,6 +403,7 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
     edp = expert_mesh(plan)[2]
     dp_comms: list[Comm] = []
     zero3: list[Comm] = []
+    bucket = grad_bucket_params(plan)
     for axis, span, size, params, trainable in (
         ("dp", spans["dp_shard"] if plan.zero_stage else spans["dp"], shard if plan.zero_stage else dp, worst["params"], worst["trainable"]),
         ("dp", spans["edp"], edp, worst["expert"], worst["expert_trainable"]),
@@ -407,7 +411,7 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
         if size <= 1 or params <= 0:
             continue
         grads, weights, updated = trainable * state.gradient, params * state.weight, trainable * state.weight
-        buckets = max(1.0, trainable / GRAD_BUCKET_PARAMS)
+        buckets = max(1.0, trainable / bucket)
         if plan.zero_stage == 0:
             dp_comms.append(Comm(axis, "all_reduce", grads / buckets, buckets, span))
         elif plan.zero_stage in (1, 2):
@@ -426,7 +430,7 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
     if plan.zero_stage and shard < dp and worst["trainable"] > 0:
         # hybrid sharding: each shard's gradients are all-reduced across the replica groups
         grads = worst["trainable"] * state.gradient / shard
-        buckets = max(1.0, worst["trainable"] / shard / GRAD_BUCKET_PARAMS)
+        buckets = max(1.0, worst["trainable"] / shard / bucket)
         dp_comms.append(Comm("dp", "all_reduce", grads / buckets, buckets, spans["dp_replica"]))
     return tuple(dp_comms), tuple(zero3)
 

@@ -32,7 +32,7 @@ segments stay max-plus and compose exactly; a pipelined collective's is in close
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from meshplan.costs.costed import CostedProgram, OpTimes, comm_s
@@ -447,6 +447,36 @@ def forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half |
         b = TaskBuilder(f"{name}.tail", overlap)
         forward_half(b, tail)
         parts.append((b.segment("tail"), 1))
+    return Pass(name, tuple(parts))
+
+
+def first_forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, dp: DataParallel,
+                       overlap: Overlap, prestart_params: float, waited_params: float) -> Pass:
+    """The first micro-batch's forward under the distributed optimizer (ZeRO 1-2). Megatron-Core
+    dispatches each model chunk's first bucket of the parameter all-gather when the step starts
+    (``zero_grad``) and the later buckets from the forward pre-hooks, one ahead
+    (megatron/core/distributed/param_and_grad_buffer.py, finish_param_sync): the layers holding
+    the first ``prestart_params`` of the role's parameters run as in any forward, after the role
+    waits for ``waited_params`` of them (the first stage starts with the step; later stages get
+    theirs during the pipeline's warm-up), and the rest gather one layer ahead."""
+    share = dp.param_share_s
+    prefetched, chained, covered = [], [], 0.0
+    for layer in layers:
+        whole = int(max(0.0, prestart_params - covered) // layer.params) if layer.params > 0 else layer.count
+        early = min(layer.count, whole)
+        covered += early * layer.params
+        if early:
+            prefetched.append(replace(layer, count=early, frozen=min(layer.frozen, early)))
+        if layer.count - early:
+            chained.append(replace(layer, count=layer.count - early, frozen=max(0, layer.frozen - early)))
+    if not prefetched:
+        return forward_pass(name, layers, head, tail, dp, overlap, first_micro_batch=True)
+    b = TaskBuilder(f"{name}.first_bucket", overlap)
+    b.blocking("gather", "dp", min(waited_params, covered) * share, "all_gather")
+    parts = [(b.segment("first_bucket"), 1)] if b.tasks else []
+    parts += forward_pass(f"{name}.early", prefetched, head, None if chained else tail, dp, overlap).parts
+    if chained:
+        parts += forward_pass(f"{name}.chained", chained, None, tail, dp, overlap, first_micro_batch=True).parts
     return Pass(name, tuple(parts))
 
 

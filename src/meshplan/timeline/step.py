@@ -15,11 +15,13 @@ from dataclasses import dataclass
 
 from meshplan.costs.costed import CostedProgram, comm_s
 from meshplan.costs.energy import step_energy
+from meshplan.parallel.program import grad_bucket_params
 from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.engine import CATEGORIES, Pass, PassTime, schedule_pass
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
 from meshplan.timeline.passes import (
-    Layer, Overlap, backward_pass, data_parallel, edge_halves, forward_pass, layer_halves, step_reduce_gather_s,
+    Layer, Overlap, backward_pass, data_parallel, edge_halves, first_forward_pass, forward_pass, layer_halves,
+    step_reduce_gather_s,
 )
 from meshplan.timeline.paired import paired_pass
 from meshplan.timeline.pipeline_schedule import StageWork, pipeline_time
@@ -65,7 +67,12 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
         return out
     out["backward"] = backward_pass("b", layers, head, tail, dp, overlap, full, trains)
     if plan.zero_stage in (1, 2) and overlap.param_gather and dp.param_share_s > 0:
-        out["first_forward"] = forward_pass("f0", layers, head, tail, dp, overlap, first_micro_batch=True)
+        # each model chunk's first bucket is gathered from the step's start; only the first
+        # stage has nothing to hide it behind (passes.first_forward_pass)
+        v = plan.virtual_pipeline_stages
+        bucket = grad_bucket_params(plan)
+        waited = min(bucket, role.trainable_params / v) if role.stage == 0 else 0.0
+        out["first_forward"] = first_forward_pass("f0", layers, head, tail, dp, overlap, v * bucket, waited)
     if overlap.grad_reduce and dp.reduce_share_s > 0:
         out["last_backward"] = backward_pass("bl", layers, head, tail, dp, overlap, full, trains, last_micro_batch=True)
     if plan.schedule in ("zb-h1", "dualpipe"):
