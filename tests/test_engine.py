@@ -15,9 +15,8 @@ import pytest
 import meshplan
 from meshplan.costs.costed import OpTimes
 from meshplan.timeline.engine import Segment, State, Task, chunked_s, collective, compute, repeat, schedule_pass, unrolled
-from meshplan.timeline.passes import (
-    DataParallel, Half, Layer, Op, Overlap, backward_pass, first_forward_pass, forward_pass,
-)
+from meshplan.timeline.halves import Half, Op, Overlap
+from meshplan.timeline.passes import DataParallel, Layer, backward_pass, first_forward_pass, forward_pass
 from meshplan.timeline.paired import paired_pass
 
 

@@ -7,8 +7,9 @@ import pytest
 
 from meshplan import api
 from meshplan.parallel.program import build_program
-from meshplan.timeline import passes
+from meshplan.timeline import halves, passes
 from meshplan.timeline.engine import schedule_pass
+from meshplan.timeline.links import link_streams
 from test_engine import half, no_dp, op, overlap, two_layers
 
 
@@ -25,7 +26,7 @@ def test_gathers_and_all_to_all_on_one_link_take_turns(streams, expected):
 
 
 def _streams(**plan) -> dict[str, str]:
-    return dict(passes.link_streams(build_program(api.scenario(**plan))))
+    return dict(link_streams(build_program(api.scenario(**plan))))
 
 
 def test_axes_share_the_outermost_level_they_cross():
@@ -55,6 +56,6 @@ def test_the_mesh_order_decides_where_axes_land():
 ])
 def test_sharing_a_link_never_makes_a_step_faster(plan, monkeypatch):
     shared = api.estimate(**plan).step_time_s
-    monkeypatch.setattr(passes, "link_streams", lambda program: ())
+    monkeypatch.setattr(halves, "link_streams", lambda program: ())
     apart = api.estimate(**plan).step_time_s
     assert shared >= apart * (1 - 1e-12)

@@ -8,7 +8,8 @@ every other pass (meshplan.timeline.passes).
 from __future__ import annotations
 
 from meshplan.timeline.engine import Pass, Segment, Task
-from meshplan.timeline.passes import Half, Layer, Overlap, TaskBuilder, backward_half, forward_half, recompute_halves
+from meshplan.timeline.halves import Half, Overlap, TaskBuilder, backward_half, forward_half, recompute_halves
+from meshplan.timeline.passes import Layer
 
 
 def _groups(tasks: list[Task]) -> list[list[Task]]:

@@ -19,9 +19,9 @@ from meshplan.parallel.program import grad_bucket_params
 from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.engine import CATEGORIES, Pass, PassTime, schedule_pass
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
+from meshplan.timeline.halves import Overlap, edge_halves, layer_halves
 from meshplan.timeline.passes import (
-    Layer, Overlap, backward_pass, data_parallel, edge_halves, first_forward_pass, forward_pass, layer_halves,
-    step_reduce_gather_s,
+    Layer, backward_pass, data_parallel, first_forward_pass, forward_pass, step_reduce_gather_s,
 )
 from meshplan.timeline.paired import paired_pass
 from meshplan.timeline.pipeline_schedule import StageWork, pipeline_time
