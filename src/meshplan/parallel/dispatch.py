@@ -10,10 +10,12 @@ scale-out network once per node that hosts any of its experts, to the GPU of the
 which forwards it over NVLink once to each GPU of the node that hosts any of them; combine
 reduces on the way back over the same path. The NVLink forwarding runs while the RDMA transfers
 do (DeepSeek-V3, Sec. 3.2.2: "fully overlapped"), so a group that spans nodes is timed by its
-network stage alone; inside one scale-up domain a token still reaches each GPU once. With the experts spread evenly, a token's ``k``
-experts drawn from ``E`` hit a group holding ``E/D`` of them with probability
-``1 - C(E - E/D, k) / C(E, k)`` (routing balanced, as the aux-loss-free and forced-balance
-benchmarks run); node-limited routing (``MoE.max_nodes``) caps the nodes a token reaches.
+network stage alone; inside one scale-up domain a token still reaches each GPU once.
+
+With the experts spread evenly, a token's ``k`` experts drawn from ``E`` hit a group holding
+``E/D`` of them with probability ``1 - C(E - E/D, k) / C(E, k)`` (routing balanced, as the
+aux-loss-free and forced-balance benchmarks run); node-limited routing (``MoE.max_nodes``) caps
+the nodes a token reaches.
 """
 
 from __future__ import annotations
@@ -63,4 +65,3 @@ def dispatch_buffers(tokens_bytes: float, moe: MoE, ep: int, spans: dict[str, Gr
         return (("ep_nodes", tokens_bytes * reached * moe.routed_factor),)
     # one scale-up domain: each GPU gets a token once however many of its experts it uses
     return (("ep", tokens_bytes * ep * hit_probability(moe.num_experts, moe.top_k, ep) * moe.routed_factor),)
-
