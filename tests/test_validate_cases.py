@@ -88,13 +88,13 @@ def test_nvl72_trays_of_four_are_the_catalog_node():
 
 def test_a_run_larger_than_the_listed_system_is_predicted_not_refused():
     """dgx-a100-40gb lists Selene's 2,240 GPUs; a published run on 4,096 is more of the same nodes,
-    and 128 times the data-parallel replicas of the 32-GPU run take the same time per replica
-    up to the slower gradient all-reduce."""
+    and 128 times the data-parallel replicas of the 32-GPU run take about the same time per
+    replica (the gradient all-reduce moves the same bytes per GPU, in fewer, larger buckets)."""
     small = run_case(case(hardware__cluster="dgx-a100-40gb"), 0)
     large = run_case(case(hardware__cluster="dgx-a100-40gb", hardware__num_devices=4096, parallelism__dp=4096,
                           batch__global_batch_sequences=65536), 0)
     assert small.error is None and large.error is None
-    assert small.predicted_step_time_s <= large.predicted_step_time_s < 1.5 * small.predicted_step_time_s
+    assert large.predicted_step_time_s == pytest.approx(small.predicted_step_time_s, rel=0.2)
 
 
 def test_cli_json_lists_failed_cases_with_their_error(monkeypatch, capsys, tmp_path):
