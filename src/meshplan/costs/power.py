@@ -41,7 +41,7 @@ def op_work(op, plan_precision: str, element_bytes: float) -> Work:
         precision = plan_precision if low else "bf16"
         # the casts of FP8/FP4 GEMMs (forward and backward) spread over the three forwards' worth
         # of work a training step counts for a GEMM
-        casts = sum(getattr(op, "cast_bytes", (0.0, 0.0))) / 3.0
+        casts = sum(op.cast_bytes) / 3.0
         return Work(precision, op.flop, (op.m * op.k + op.k * op.n + op.m * op.n) * element_bytes + casts)
     return Work("fp32" if plan_precision == "fp32" else "bf16", op.flop, op.bytes)
 
