@@ -39,6 +39,24 @@ def test_components_sum_and_links_follow_the_levels():
         "llama3-70b", "dgx-h100", num_devices=64, tp=8, global_batch_size=64, precision="fp8").step_time_s, rel=1e-12)
 
 
+def test_node_power_sums_its_devices_and_host():
+    """A node's average power is its 8 devices' average plus its host watts (links apart); the
+    busiest node is 8 of the busiest role's devices plus the host."""
+    run = {"num_devices": 64, "tp": 4, "pp": 2, "global_batch_size": 64}
+    bare = api.estimate("llama3-70b", "dgx-h100", **run).energy
+    e = api.estimate("llama3-70b", "dgx-h100", **run, task={"host_w_per_node": 1000.0}).energy
+    assert (e.nodes, e.devices_per_node) == (8, 8)
+    assert bare.average_node_w == pytest.approx(8 * bare.average_device_w, rel=1e-12)
+    assert e.average_node_w == pytest.approx(8 * e.average_device_w + 1000.0, rel=1e-12)
+    assert e.peak_node_w == pytest.approx(8 * e.peak_device_w + 1000.0, rel=1e-12)
+    assert e.average_node_w <= e.peak_node_w * (1 + 1e-12)
+    assert e.average_node_w * e.nodes * e.step_s == pytest.approx(e.total_j - sum(e.links_j.values()), rel=1e-12)
+    assert e.as_dict()["peak_node_w"] == e.peak_node_w
+    # fewer devices than a node: the busiest node holds only those
+    small = api.estimate("llama3-8b", "dgx-h100", num_devices=2, tp=2, global_batch_size=8).energy
+    assert small.nodes == 1 and small.peak_node_w == pytest.approx(2 * small.peak_device_w, rel=1e-12)
+
+
 def test_link_bytes_per_level_follow_the_hierarchical_algorithm():
     """An all-reduce of B over 16 H100s (two nodes of 8): 2·7/8·B on NVLink, 2·1/2·B/8 on
     InfiniBand; an all-to-all sends 7/16 of its buffer inside the node and 8/16 across."""

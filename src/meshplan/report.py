@@ -80,6 +80,7 @@ def energy_rows(e, step: str = "step") -> list[tuple[str, str]]:
         ("  idle power", format_energy(en.static_j)),
         *((("  hosts beyond the devices", format_energy(en.host_j)),) if getattr(en, "host_j", 0.0) > 0 else ()),
         ("power per device (average / busiest)", f"{en.average_device_w:,.0f} W / {en.peak_device_w:,.0f} W of {en.tdp_w:,.0f} W"),
+        (f"power per node of {en.devices_per_node} (average / busiest)", f"{en.average_node_w / 1e3:,.2f} kW / {en.peak_node_w / 1e3:,.2f} kW"),
     ]
     if getattr(e, "train_tokens", None):
         pue = e.footprint.get("pue", 1.0)

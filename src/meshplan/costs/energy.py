@@ -47,6 +47,7 @@ class EnergyBreakdown:
     tdp_w: float
     by_role_j: dict[str, float] = field(default_factory=dict)  # dynamic energy of one device of each role
     host_j: float = 0.0  # the nodes beyond their accelerators (Task.host_w_per_node); 0 unless asked
+    devices_per_node: int = 1
 
     @property
     def total_j(self) -> float:
@@ -58,10 +59,27 @@ class EnergyBreakdown:
         switches' power, not the accelerator's)."""
         return (self.compute_j + self.memory_j + self.static_j) / (self.step_s * self.num_devices)
 
+    @property
+    def nodes(self) -> int:
+        return math.ceil(self.num_devices / self.devices_per_node)
+
+    @property
+    def average_node_w(self) -> float:
+        """Average power of a node over the step: its accelerators, and the rest of the node where
+        the task counts it (host_j); links left out (NICs and switches, reported per level)."""
+        return (self.compute_j + self.memory_j + self.static_j + self.host_j) / (self.step_s * self.nodes)
+
+    @property
+    def peak_node_w(self) -> float:
+        """The busiest node's average power: a node full of the most loaded role's devices, plus
+        its share of the host power."""
+        return min(self.devices_per_node, self.num_devices) * self.peak_device_w + self.host_j / (self.step_s * self.nodes)
+
     def as_dict(self) -> dict:
         return {"compute_j": self.compute_j, "memory_j": self.memory_j, "links_j": dict(self.links_j),
                 "static_j": self.static_j, "host_j": self.host_j, "total_j": self.total_j, "average_device_w": self.average_device_w,
-                "peak_device_w": self.peak_device_w, "tdp_w": self.tdp_w}
+                "peak_device_w": self.peak_device_w, "tdp_w": self.tdp_w, "average_node_w": self.average_node_w,
+                "peak_node_w": self.peak_node_w}
 
 
 def level_bytes(kind: str, bytes_: float, span: GroupSpan, algorithm: str = "hierarchical") -> dict[int, float]:
@@ -188,6 +206,7 @@ def _breakdown(power: PowerModel, cluster, devices: list[tuple[str, int, _Tally]
         peak_device_w=peak,
         tdp_w=cluster.device.tdp_w,
         by_role_j=by_role,
+        devices_per_node=cluster.devices_per_node,
     )
 
 
