@@ -81,6 +81,10 @@ def estimate(
     pue: Optional[float] = typer.Option(None, help="Power usage effectiveness of the data center (default 1.0: IT energy)."),
     grid_carbon: Optional[float] = typer.Option(None, help="Grid carbon intensity, kg CO2e per kWh, for the emissions of training."),
     price: Optional[float] = typer.Option(None, help="Price per device-hour, for the cost of training."),
+    grid_region: Optional[str] = typer.Option(None, help="Grid of a region instead of --grid-carbon: ISO country code (FRA) or provider:region (gcp:europe-west1); needs meshplan[carbon]."),
+    tco: bool = typer.Option(False, "--tco", help="Price a device-hour by owning the cluster (capital amortized + energy), instead of --price."),
+    lifetime_years: Optional[float] = typer.Option(None, help="With --tco: years the capital is amortized over."),
+    electricity_price: Optional[float] = typer.Option(None, help="With --tco: electricity price, USD per kWh."),
     strategy: Optional[str] = typer.Option(None, help="Per-layer-kind strategy, innermost network level first (MAD Max), e.g. 'embedding=(mp) dense=(tp,ddp)' for a DLRM or 'transformer=(tp,ddp)' for an LLM."),
     task_kind: Optional[str] = typer.Option(None, "--task", help="pretrain, finetune or inference."),
     frozen_layers: Optional[int] = typer.Option(None, help="Finetune: leading decoder layers kept frozen."),
@@ -107,7 +111,8 @@ def estimate(
     task = _section(cfg, "task")
     task_flags = {"train_tokens": train_tokens, "kind": task_kind, "frozen_layers": frozen_layers,
                   "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len, "pue": pue,
-                  "grid_kg_co2e_per_kwh": grid_carbon, "price_per_device_hour": price}
+                  "grid_kg_co2e_per_kwh": grid_carbon, "price_per_device_hour": price, **_footprint_flags(
+                      grid_region, tco, lifetime_years, electricity_price)}
     task.update({k: v for k, v in task_flags.items() if v is not None})
     _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices,
                                  **{f"plan.{field}": flags[flag] for flag, field in _PLAN_FLAGS.items()},
@@ -147,6 +152,12 @@ def estimate(
         )
 
 
+def _footprint_flags(grid_region, tco, lifetime_years, electricity_price) -> dict:
+    """The task fields of the footprint flags (a flag left off sets nothing)."""
+    return {"grid_region": grid_region, "tco": True if tco else None, "lifetime_years": lifetime_years,
+            "electricity_usd_per_kwh": electricity_price}
+
+
 def _model_and_cluster(cfg: dict, model: str | None, cluster: str | None):
     model_ref = model or cfg.get("model")
     cluster_ref = cluster or cfg.get("cluster")
@@ -166,8 +177,12 @@ def search(
     seq_len: Optional[int] = typer.Option(None, help="Tokens per sequence (default: the model's)."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     top: int = typer.Option(10, help="How many of the best plans to show."),
-    objective: str = typer.Option("time", help="What to minimize per step: time, energy, edp (energy x time) or cost (needs --price)."),
+    objective: str = typer.Option("time", help="What to minimize per step: time, energy, edp (energy x time) or cost (needs --price or --tco)."),
     price: Optional[float] = typer.Option(None, help="Price per device-hour, for --objective cost."),
+    tco: bool = typer.Option(False, "--tco", help="For --objective cost: price by owning the cluster (capital amortized + energy)."),
+    lifetime_years: Optional[float] = typer.Option(None, help="With --tco: years the capital is amortized over."),
+    electricity_price: Optional[float] = typer.Option(None, help="With --tco: electricity price, USD per kWh."),
+    pue: Optional[float] = typer.Option(None, help="With --tco: power usage effectiveness on the energy (default 1.0)."),
     executor: str = typer.Option("local", help="serial, local (worker processes) or ray."),
     workers: Optional[int] = typer.Option(None, help="Worker processes for --executor local (default: all cores)."),
     store: Optional[Path] = typer.Option(None, help="Keep every evaluated plan here as Parquet; resume from it."),
@@ -198,7 +213,7 @@ def search(
         raise MeshplanError("devices", None, "give --devices N or devices: in --config")
     task = _section(cfg, "task")
     task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len,
-                  "price_per_device_hour": price}
+                  "price_per_device_hour": price, "pue": pue, **_footprint_flags(None, tco, lifetime_years, electricity_price)}
     task.update({k: v for k, v in task_flags.items() if v is not None})
     _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices, "plan.global_batch_size": global_batch,
                                  "plan.seq_len": seq_len, "plan.precision": precision,

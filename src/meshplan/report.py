@@ -87,10 +87,25 @@ def energy_rows(e, step: str = "step") -> list[tuple[str, str]]:
         rows.append((f"energy to train {e.train_tokens:.3g} tokens", f"{format_energy(e.energy_to_train_j(e.train_tokens))} (PUE {pue:g})"))
         co2e = e.co2e_to_train_kg(e.train_tokens)
         if co2e is not None:
-            rows.append(("  emissions", f"{co2e / 1000:,.1f} t CO2e"))
-        cost = e.cost_to_train(e.train_tokens)
-        if cost is not None:
-            rows.append(("  cost", f"{cost:,.0f} (device-hours x price)"))
+            grid = e.footprint.get("grid_region") or "given"
+            rows.append(("  emissions", f"{co2e / 1000:,.1f} t CO2e (grid {grid}: "
+                                        f"{e.footprint['grid_kg_co2e_per_kwh'] * 1000:,.0f} g CO2e/kWh)"))
+        rows.extend(cost_rows(e))
+    return rows
+
+
+def cost_rows(e) -> list[tuple[str, str]]:
+    """The cost of training ``train_tokens``: device-hours x price, or the TCO by component."""
+    parts = e.cost_breakdown_to_train(e.train_tokens)
+    if parts is None:
+        return []
+    total = sum(parts.values())
+    tco = e.footprint.get("tco")
+    if tco is None:
+        return [("  cost", f"{total:,.0f} USD (device-hours x price)")]
+    rows = [("  cost (TCO)", f"{total:,.0f} USD, {e.cost_per_device_hour():.3f} USD per device-hour "
+                             f"({tco['lifetime_years']:g} years, {tco['electricity_usd_per_kwh']:g} USD/kWh)")]
+    rows.extend((f"    {name}", f"{usd:,.0f} USD") for name, usd in parts.items())
     return rows
 
 

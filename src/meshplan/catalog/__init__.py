@@ -1,4 +1,4 @@
-"""The built-in catalog: devices, clusters, models and efficiency profiles, stored as YAML data.
+"""The built-in catalog: devices, clusters, models, efficiency profiles and prices, stored as YAML data.
 
 Every number in these files names its public source in a ``sources`` mapping next to it.
 """
@@ -52,6 +52,11 @@ def efficiency(profile: str) -> Efficiency:
     if profile not in raw:
         raise unknown_id("device.efficiency", profile, raw)
     return build(Efficiency, raw[profile], f"efficiency.{profile}")
+
+
+def prices() -> dict:
+    """The TCO price book (prices.yaml): defaults and per-cluster capital prices, with sources."""
+    return _raw("prices")
 
 
 @cache

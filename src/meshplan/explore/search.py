@@ -19,6 +19,7 @@ import numpy as np
 
 from meshplan import catalog
 from meshplan.costs.costed import cost_program
+from meshplan.costs.tco import task_price
 from meshplan.errors import MeshplanError
 from meshplan.explore import objectives
 from meshplan.explore.bound import lower_bounds
@@ -218,7 +219,7 @@ def search(
         raise MeshplanError("top", top_k, "must be at least 1")
     start = time.perf_counter()
     objectives.check(objective, task, catalog.efficiency(cluster.device.efficiency).power is not None)
-    price = task.price_per_device_hour if task is not None else None
+    price = task_price(task, cluster, num_devices) if objective == "cost" else None
     candidates = expand(space or SearchSpace(), model, cluster, num_devices, base, task)
     scenarios = candidates.scenarios
     bounds = objectives.bounds(scenarios, lower_bounds(scenarios), objective, price)
@@ -317,7 +318,7 @@ def brute_force(model, cluster, num_devices, base, space=None, task=None, object
     """Every valid plan evaluated exactly, best first by ``objective`` (for tests and small spaces)."""
     from meshplan.api import estimate_scenario
 
-    price = task.price_per_device_hour if task is not None else None
+    price = task_price(task, cluster, num_devices) if objective == "cost" else None
     candidates = expand(space or SearchSpace(), model, cluster, num_devices, base, task)
     rows = [objectives.annotate(plan_row(estimate_scenario(s)), objective, price) for s in candidates.scenarios]
     return sorted((r for r in rows if r["fits"]), key=lambda r: objectives.value(r, objective, price))

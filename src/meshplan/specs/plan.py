@@ -206,7 +206,16 @@ class Task(Spec):
     # effectiveness), the grid's carbon intensity, and a price per device-hour
     pue: float = Field(default=1.0, ge=1.0)
     grid_kg_co2e_per_kwh: float | None = Field(default=None, ge=0)
+    # or the grid of a region, read from codecarbon's data (meshplan.costs.grid, the carbon
+    # extra): an ISO alpha-3 country code ("FRA") or a cloud region "provider:region"
+    grid_region: str | None = Field(default=None, min_length=1, max_length=100)
     price_per_device_hour: float | None = Field(default=None, ge=0)
+    # or price a device-hour by owning the cluster (meshplan.costs.tco, catalog/prices.yaml):
+    # capital amortized over lifetime_years plus the energy at electricity_usd_per_kwh (both
+    # default to the price book's cited figures)
+    tco: bool = False
+    lifetime_years: float | None = Field(default=None, gt=0, le=50)
+    electricity_usd_per_kwh: float | None = Field(default=None, ge=0, le=10)
     frozen_layers: Natural = 0
     freeze_embedding: bool = True
     lora_rank: Natural = 0  # 0: no adapters (full or frozen-layer finetuning)
@@ -243,6 +252,14 @@ class Task(Spec):
                     field, getattr(self, field),
                     f"is read only by task kind {' or '.join(kinds)}, not {self.kind} (set task.kind, or drop it)",
                 )
+        if self.grid_region is not None and self.grid_kg_co2e_per_kwh is not None:
+            raise MeshplanError("grid_region", self.grid_region,
+                                "give the grid as grid_kg_co2e_per_kwh or as grid_region, not both")
+        if self.tco and self.price_per_device_hour is not None:
+            raise MeshplanError("tco", self.tco, "price a device-hour by the TCO or by price_per_device_hour, not both")
+        for field in ("lifetime_years", "electricity_usd_per_kwh"):
+            if not self.tco and getattr(self, field) is not None:
+                raise MeshplanError(field, getattr(self, field), "is read only with task.tco (the TCO price)")
         if not self.lora_rank:
             for field in ("lora_targets", "lora_base_dtype"):
                 if field in self.model_fields_set:
@@ -258,7 +275,11 @@ _TASK_FIELD_KINDS = {
     "train_tokens": ("pretrain", "finetune"),
     "pue": ("pretrain", "finetune"),
     "grid_kg_co2e_per_kwh": ("pretrain", "finetune"),
+    "grid_region": ("pretrain", "finetune"),
     "price_per_device_hour": ("pretrain", "finetune"),
+    "tco": ("pretrain", "finetune"),
+    "lifetime_years": ("pretrain", "finetune"),
+    "electricity_usd_per_kwh": ("pretrain", "finetune"),
     "host_w_per_node": ("pretrain", "finetune"),
     "frozen_layers": ("finetune",),
     "freeze_embedding": ("finetune",),

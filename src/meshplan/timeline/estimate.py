@@ -68,7 +68,7 @@ class Estimate:
     pipeline_split: str = "even"  # how the layers were split (specs.scenario.pipeline_layout)
     energy: EnergyBreakdown | None = None  # None: the device's profile has no power model
 
-    footprint: dict = field(default_factory=dict)  # the task's pue, grid_kg_co2e_per_kwh, price_per_device_hour
+    footprint: dict = field(default_factory=dict)  # costs.footprint: pue, grid (and its source), price or tco
     params: float = 0.0  # the model's parameters (LoRA's adapters included)
     trainable_params: float = 0.0  # of those, what gets gradients and optimizer state (finetuning: fewer)
 
@@ -90,10 +90,33 @@ class Estimate:
         energy, grid = self.energy_to_train_j(tokens), self.footprint.get("grid_kg_co2e_per_kwh")
         return None if energy is None or grid is None else energy / 3.6e6 * grid
 
+    def cost_breakdown_to_train(self, tokens: float) -> dict[str, float] | None:
+        """USD to train ``tokens`` by component. A flat price: ``device_hours`` (device-hours x
+        price). The TCO (meshplan.costs.tco): each capital component's USD per device-hour times
+        the device-hours, and ``power``, the facility energy times the electricity price."""
+        tco = self.footprint.get("tco")
+        if tco is None:
+            price = self.footprint.get("price_per_device_hour")
+            return None if price is None else {"device_hours": self.device_hours(tokens) * price}
+        energy = self.energy_to_train_j(tokens)
+        if energy is None:
+            return None
+        hours = self.device_hours(tokens)
+        out = {name: hours * usd for name, usd in tco["capital_per_device_hour"].items()}
+        out["power"] = energy / 3.6e6 * tco["electricity_usd_per_kwh"]
+        return out
+
     def cost_to_train(self, tokens: float) -> float | None:
-        """Device-hours to train ``tokens`` times the price per device-hour."""
-        price = self.footprint.get("price_per_device_hour")
-        return None if price is None else self.device_hours(tokens) * price
+        """USD to train ``tokens``: device-hours times the price per device-hour, and with the
+        TCO the energy at the wall times the electricity price (the sum of the breakdown)."""
+        parts = self.cost_breakdown_to_train(tokens)
+        return None if parts is None else sum(parts.values())
+
+    def cost_per_device_hour(self) -> float | None:
+        """The price a device-hour comes to: the flat price, or the TCO's capital per device-hour
+        plus this plan's average power x PUE x electricity price."""
+        cost = self.cost_to_train(self.tokens_per_s * 3600.0)
+        return None if cost is None else cost / self.num_devices
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -108,6 +131,8 @@ class Estimate:
             out["energy_to_train_j"] = self.energy_to_train_j(self.train_tokens)
             out["co2e_to_train_kg"] = self.co2e_to_train_kg(self.train_tokens)
             out["cost_to_train"] = self.cost_to_train(self.train_tokens)
+            out["cost_breakdown_to_train"] = self.cost_breakdown_to_train(self.train_tokens)
+        out["cost_per_device_hour"] = self.cost_per_device_hour()
         return out
 
     def _repr_html_(self) -> str:

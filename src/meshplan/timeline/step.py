@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from meshplan.costs.costed import CostedProgram, comm_s
 from meshplan.costs.energy import step_energy
+from meshplan.costs.footprint import footprint
 from meshplan.parallel.program import grad_bucket_params
 from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.engine import CATEGORIES, Pass, PassTime, schedule_pass
@@ -219,6 +220,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
             f"does not fit: {format_bytes(worst_memory.total_bytes, 'GiB')} needed per device, "
             f"{format_bytes(worst_memory.capacity_bytes, 'GiB')} available",
         )
+    energy = step_energy(costed, step_s)
     return Estimate(
         model_id=s.model.id,
         cluster_id=s.cluster.id,
@@ -246,12 +248,11 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         train_tokens=s.task.train_tokens,
         stage_layers=s.stage_layers,
         pipeline_split=s.pipeline_split,
-        energy=step_energy(costed, step_s),
+        energy=energy,
         params=program.graph.params,
         trainable_params=trainable_params(program.graph, not (s.task.kind == "finetune" and s.task.freeze_embedding),
                                           s.task.frozen_layers if s.task.kind == "finetune" else 0),
-        footprint={"pue": s.task.pue, "grid_kg_co2e_per_kwh": s.task.grid_kg_co2e_per_kwh,
-                   "price_per_device_hour": s.task.price_per_device_hour},
+        footprint=footprint(s.task, s.cluster, s.num_devices, energy is not None),
     )
 
 
