@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -218,3 +219,57 @@ def test_estimate_with_a_profile_charges_its_measured_energy(profiles, monkeypat
         assert result["energy"]["static_j"] == pytest.approx(idle * 8 * result["step_time_s"], rel=2e-3)
     assert scaled["step_time_s"] >= measured["step_time_s"]
     assert scaled["energy"]["average_device_w"] <= scaled["energy"]["tdp_w"] + 1e-6
+
+
+class FakeNvml:
+    """pynvml's calls the meter makes: a counter that gains 250 J per second of wall time."""
+
+    NVML_CLOCK_SM = 1
+    NVMLError = RuntimeError
+
+    def __init__(self):
+        self.t0, self.shut = time.perf_counter(), False
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle):
+        return int(250e3 * (time.perf_counter() - self.t0)) + 10_000_000  # mJ since the driver loaded
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 251_500  # mW
+
+    def nvmlDeviceGetClockInfo(self, handle, clock):
+        assert clock == self.NVML_CLOCK_SM
+        return 1755
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+
+def test_the_nvml_meter_reads_the_counter_in_joules_and_samples_watts_and_clock():
+    from meshplan.calibrate.power import NvmlMeter
+
+    nvml = FakeNvml()
+    meter = NvmlMeter(nvml, handle=None)
+    meter.start("gemm_bf16_8192")
+    started = time.perf_counter()
+    time.sleep(0.3)
+    seconds = time.perf_counter() - started
+    reading = meter.stop()
+    assert reading.energy_j == pytest.approx(250.0 * seconds, rel=0.05)
+    assert (reading.power_w_median, reading.sm_mhz_median) == (251.5, 1755.0)
+    meter.close()
+    assert nvml.shut
+
+
+def test_a_gpu_without_a_readable_nvml_is_a_note(monkeypatch):
+    from types import SimpleNamespace
+
+    from meshplan.calibrate.power import open_meter
+
+    gpu = SimpleNamespace(type="cuda", index=0)
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    meter, note = open_meter(gpu)
+    assert meter is None and "nvidia-ml-py" in note and "meshplan[calibrate]" in note
+    broken = SimpleNamespace(NVMLError=RuntimeError, nvmlInit=lambda: (_ for _ in ()).throw(RuntimeError("NVML Shared Library Not Found")))
+    monkeypatch.setitem(sys.modules, "pynvml", broken)
+    meter, note = open_meter(gpu)
+    assert meter is None and note.startswith("power not measured") and "Library Not Found" in note

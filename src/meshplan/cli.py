@@ -367,7 +367,7 @@ def calibrate(
     quick: bool = typer.Option(False, "--quick", help="Tiny sizes and few repeats: seconds on a CPU (a smoke test, not a calibration)."),
     fit_only: bool = typer.Option(False, "--fit-only", help="Measure nothing: fit the CSVs already in --out."),
     profile_out: Optional[Path] = typer.Option(None, help="Where to write the profile (default: OUT/profile.yaml)."),
-    power_seconds: float = typer.Option(5.0, help="Seconds of each sustained power workload on an NVIDIA GPU (NVML energy counter); 0: none."),
+    power_seconds: Optional[float] = typer.Option(None, help="Seconds of each sustained power workload on an NVIDIA GPU (NVML energy counter; default 5, 1 with --quick); 0: none."),
 ):
     """Measure GEMMs, attention, memory ops and power here (under torchrun: collectives) and fit a profile."""
     from meshplan.calibrate import collectives

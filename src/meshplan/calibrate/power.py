@@ -120,8 +120,9 @@ def _handle(pynvml, device):
 
     uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
     if uuid is not None:
+        uuid = str(uuid)  # e.g. 0b42632a-bc5c-f731-724b-6936a19c4b24; NVML prefixes GPU-
         try:
-            return pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+            return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith(("GPU-", "MIG-")) else f"GPU-{uuid}")
         except pynvml.NVMLError:
             pass
     return pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
