@@ -273,3 +273,17 @@ def test_a_gpu_without_a_readable_nvml_is_a_note(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", broken)
     meter, note = open_meter(gpu)
     assert meter is None and note.startswith("power not measured") and "Library Not Found" in note
+
+
+def test_a_counter_that_fails_mid_run_stops_power_with_a_note(tmp_path):
+    from meshplan.calibrate.power import MeterError
+
+    class Failing(FakeMeter):
+        def stop(self):
+            if self.started[-1].startswith("gemm"):
+                raise MeterError("NVML's energy counter could not be read (GPU is lost)")
+            return super().stop()
+
+    notes = measure_power(_request(tmp_path, seconds=0.05), None, Failing(WATTS))
+    assert notes == ["power measurement stopped at gemm_bf16_64: NVML's energy counter could not be read (GPU is lost)"]
+    assert [r["workload"] for r in read_rows(tmp_path / "power.csv")] == ["idle"]

@@ -39,8 +39,13 @@ class Reading:
     sm_mhz_median: float | None = None
 
 
+class MeterError(RuntimeError):
+    """The counter could not be read (the measurement of power stops, with a note)."""
+
+
 class Meter(Protocol):
-    """An energy counter read around each workload."""
+    """An energy counter read around each workload; ``start`` and ``stop`` raise MeterError
+    where it cannot be read."""
 
     def start(self, workload: str) -> None: ...
 
@@ -62,7 +67,7 @@ class NvmlMeter:
     def start(self, workload: str) -> None:
         self._samples = []
         self._done.clear()
-        self._start_mj = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
+        self._start_mj = self._energy_mj()
         self._thread = threading.Thread(target=self._sample, name=f"nvml {workload}", daemon=True)
         self._thread.start()
 
@@ -76,14 +81,20 @@ class NvmlMeter:
                 pass
 
     def stop(self) -> Reading:
-        end_mj = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
         self._done.set()
         if self._thread is not None:
             self._thread.join()
+        end_mj = self._energy_mj()
         watts = [w for w, _ in self._samples]
         mhz = [c for _, c in self._samples]
         return Reading((end_mj - self._start_mj) / 1e3, statistics.median(watts) if watts else None,
                        statistics.median(mhz) if mhz else None)
+
+    def _energy_mj(self) -> int:
+        try:
+            return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
+        except self._nvml.NVMLError as err:
+            raise MeterError(f"NVML's energy counter could not be read ({err})") from None
 
     def close(self) -> None:
         try:

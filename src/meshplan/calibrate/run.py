@@ -147,6 +147,9 @@ def _measure_power(request: Request, device, meter, progress: Progress | None, n
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             notes.append(f"power.csv row {w.name} skipped: out of device memory")
+        except power.MeterError as err:
+            notes.append(f"power measurement stopped at {w.name}: {err}")
+            break
     if progress:
         progress(len(rows) * steps, len(rows) * steps)
 
