@@ -80,6 +80,7 @@ def test_kernel_files_have_the_shipped_columns_and_positive_times(measured):
     assert {r["tp"] for r in gemms if r["model"] != "square"} == {"2"}  # --quick: the largest degree only
     env = json.loads((measured / "env.json").read_text())
     assert env["torch"] and any("fp8" in note for note in env["notes"])  # no FP8 on a CPU: said, not hidden
+    assert any(note.startswith("power not measured") for note in env["notes"]) and not (measured / "power.csv").exists()
 
 
 def test_collectives_over_two_gloo_ranks(measured):

@@ -382,12 +382,13 @@ def calibrate(
     quick: bool = typer.Option(False, "--quick", help="Tiny sizes and few repeats: seconds on a CPU (a smoke test, not a calibration)."),
     fit_only: bool = typer.Option(False, "--fit-only", help="Measure nothing: fit the CSVs already in --out."),
     profile_out: Optional[Path] = typer.Option(None, help="Where to write the profile (default: OUT/profile.yaml)."),
+    power_seconds: Optional[float] = typer.Option(None, help="Seconds of each sustained power workload on an NVIDIA GPU (NVML energy counter; default 5, 1 with --quick); 0: none."),
 ):
-    """Measure GEMMs, attention and memory ops here (under torchrun: collectives) and fit a profile."""
+    """Measure GEMMs, attention, memory ops and power here (under torchrun: collectives) and fit a profile."""
     from meshplan.calibrate import collectives
-    from meshplan.calibrate.run import make_request, measure_collectives, measure_kernels, write_profile
+    from meshplan.calibrate.run import make_request, measure_collectives, measure_kernels, measure_power, write_profile
 
-    request, fit_device = make_request(out, model, tp, device, on, quick, measure=not fit_only)
+    request, fit_device = make_request(out, model, tp, device, on, quick, measure=not fit_only, power_seconds=power_seconds)
     writer, notes = True, []
     if collectives.launched() and not fit_only:
         with _progress("measuring collectives") as report:
@@ -395,6 +396,8 @@ def calibrate(
     elif not fit_only:
         with _progress("measuring kernels") as report:
             notes = measure_kernels(request, report)
+        with _progress("measuring power") as report:
+            notes += measure_power(request, report)
     err = _console(stderr=True)
     if not writer:
         return
@@ -413,6 +416,11 @@ def calibrate(
     err.print(f"kernel models fitted: {kernels['summary']}" if kernels["fitted"]
               else f"note: no kernel models fitted ({kernels['reason']}); the profile has the matmul and attention curves only",
               soft_wrap=True)
+    power = fit.get("power")
+    if power is not None:
+        err.print(f"power model fitted: {power['summary']}" if power["fitted"]
+                  else f"note: no power model fitted ({power['reason']}); estimates with this profile carry no energy",
+                  soft_wrap=True)
 
 
 @app.command()

@@ -23,7 +23,12 @@ lookups, overlap slowdown, ridge point) is kept from the device's catalog profil
 Where the folder holds enough GEMM, attention and memory rows (a full run, not ``--quick``), the
 profile also carries a ``kernels:`` block (the shape-aware kernel models, which then replace the
 curves in estimates) fitted by ``calibrate/fit_kernels.py``; the curves stay, as the Efficiency
-spec requires them. ``fit.kernels`` says whether the block was fitted, and why not.
+spec requires them. ``fit.kernels`` says whether the block was fitted, and why not. Where it
+holds power.csv (NVML energy of sustained kernels, ``calibrate/power.py``), the profile carries a
+``power:`` model fitted by ``calibrate/fit_power.py`` (estimates then charge the measured energy
+per flop and byte, and cap clocks at the device's TDP as the catalog's measured Hopper profile
+does); ``fit.power`` says whether it was fitted, and why not. Without power.csv the profile has
+no power model, as before.
 
 This module is the one seam to the kernel model: when that model changes, this fitter does.
 """
@@ -101,6 +106,15 @@ def fit_profile(folder: str | Path, device: Device) -> dict:
         efficiency["source"] += f"; kernels: {note['summary']}"
     else:
         efficiency["source"] += f"; no kernel models fitted ({note['reason']}): the matmul and attention curves serve"
+    power_rows = read_rows(folder / "power.csv")
+    if power_rows:
+        from meshplan.calibrate.fit_power import power_model
+
+        block, note = power_model(power_rows, f"meshplan calibrate, measured on {on} on {when}")
+        profile["fit"]["power"] = note
+        if block is not None:
+            efficiency["power"] = block
+            efficiency["source"] += f"; power: {note['summary']}"
     fp8 = read_rows(folder / "gemm_fp8.csv")
     if len(fp8) >= 2 and "fp8" in device.peak_flop_per_s:  # not read by today's model: one matmul curve
         profile["fit"]["matmul_fp8"] = _fit_curve(*_gemm_samples(fp8, ridge, 1.0), device.peak("fp8"), overhead)

@@ -180,3 +180,12 @@ def write_environment(path, device, notes: list[str]) -> None:
     env = environment(device)
     env["notes"] = notes
     path.write_text(json.dumps(env, indent=1) + "\n")
+
+
+def add_notes(path, notes: list[str]) -> None:
+    """``notes`` added to those of the env.json at ``path`` (nothing where it is absent)."""
+    if not notes or not path.exists():
+        return
+    env = json.loads(path.read_text())
+    env["notes"] = [*env.get("notes", []), *(n for n in notes if n not in env.get("notes", []))]
+    path.write_text(json.dumps(env, indent=1) + "\n")

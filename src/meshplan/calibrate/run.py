@@ -1,7 +1,8 @@
 """One calibration run: what to measure, skipping rows already in ``out`` (resume), row by row.
 
 Started alone, it measures the kernels on one device (GEMMs at the model's shapes and a square
-sweep, FP8 GEMMs where the device has them, attention, memory ops). Started by ``torchrun``, it
+sweep, FP8 GEMMs where the device has them, attention, memory ops), then, on an NVIDIA GPU NVML
+can read, the power of sustained kernels (``calibrate/power.py``). Started by ``torchrun``, it
 measures the collectives over every launched rank instead (rank 0 writes the rows). Both write
 into the same folder, so the fit reads what each run left there.
 """
@@ -28,6 +29,7 @@ class Request:
     tps: tuple[int, ...]
     sizes: Sizes
     device: str = "auto"  # auto (a GPU if there is one), cuda or cpu
+    power_seconds: float = 5.0  # how long each power workload runs (0: power is not measured)
 
 
 def _device(torch, wanted: str):
@@ -92,6 +94,64 @@ def _run(jobs, tables: dict[str, Table], progress: Progress | None, notes: list[
             notes.append(f"{name} row {','.join(map(str, key))} skipped: {str(err).splitlines()[0]}")
     if progress:
         progress(len(jobs), len(jobs))
+
+
+def measure_power(request: Request, progress: Progress | None = None, meter=None) -> list[str]:
+    """Measure each power workload not yet in ``request.out``/power.csv under ``meter`` (None:
+    NVML's, where this is an NVIDIA GPU it can read); the notes say what was skipped and why,
+    and are added to env.json's. Never an error where there is no counter: one note."""
+    torch = require_torch()
+    from meshplan.calibrate import kernels, power
+
+    device = _device(torch, request.device)
+    notes = []
+    own = meter is None
+    if request.power_seconds <= 0:
+        notes.append("power not measured: --power-seconds 0")
+        meter, own = None, False
+    elif own:
+        meter, note = power.open_meter(device)
+        if note:
+            notes.append(note)
+    if meter is not None:
+        try:
+            _measure_power(request, device, meter, progress, notes)
+        finally:
+            if own:
+                meter.close()
+    kernels.add_notes(request.out / "env.json", notes)
+    return notes
+
+
+def _measure_power(request: Request, device, meter, progress: Progress | None, notes: list[str]) -> None:
+    import torch
+
+    from meshplan.calibrate import kernels, power
+
+    sizes = request.sizes
+    fp8_skipped = kernels.fp8_note(device)
+    l2_bytes = power.l2_resident_bytes(device, sizes.power_l2_bytes)
+    rows = power.workloads(device, sizes.power_gemms, sizes.power_hbm_bytes, l2_bytes, fp8=fp8_skipped is None)
+    table = Table(request.out, "power.csv")
+    steps = 100  # progress steps per workload
+    for index, w in enumerate(rows):
+        if table.has((w.name,)):
+            continue
+
+        def tick(fraction: float, index=index) -> None:
+            if progress:
+                progress(index * steps + int(fraction * steps), len(rows) * steps)
+
+        try:
+            table.append(power.measure(w, device, meter, request.power_seconds, tick))
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            notes.append(f"power.csv row {w.name} skipped: out of device memory")
+        except power.MeterError as err:
+            notes.append(f"power measurement stopped at {w.name}: {err}")
+            break
+    if progress:
+        progress(len(rows) * steps, len(rows) * steps)
 
 
 def measure_collectives(request: Request, progress: Progress | None = None) -> tuple[list[str], bool]:
@@ -173,12 +233,17 @@ def write_profile(out: Path, device, path: Path) -> dict:
 
 
 def make_request(out: Path, model: str | None, tp: str, device: str | None, on: str, quick: bool,
-                 measure: bool = True) -> tuple[Request, object]:
+                 measure: bool = True, power_seconds: float | None = None) -> tuple[Request, object]:
     """The measurement a ``meshplan calibrate`` command asks for, checked before anything is
-    measured or written, and the catalog device its profile is fitted for."""
+    measured or written, and the catalog device its profile is fitted for. ``power_seconds``:
+    how long each power workload runs (None: 5 s, 1 s with ``quick``)."""
     if on not in ("auto", "cuda", "cpu"):
         raise MeshplanError("--on", on, "one of auto, cuda, cpu")
     degrees = _degrees(tp)
+    sizes = QUICK if quick else FULL
+    power_seconds = sizes.power_seconds if power_seconds is None else power_seconds
+    if not 0 <= power_seconds <= 3600:
+        raise MeshplanError("--power-seconds", power_seconds, "seconds from 0 (power not measured) to 3600")
     resolved = None
     if model is not None:
         from meshplan.api import resolve_model
@@ -196,7 +261,7 @@ def make_request(out: Path, model: str | None, tp: str, device: str | None, on: 
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise MeshplanError("--out", str(out), f"a folder that can be created ({err.strerror or err})") from None
-    return Request(out, resolved, degrees[-1:] if quick else degrees, QUICK if quick else FULL, on), fit_device
+    return Request(out, resolved, degrees[-1:] if quick else degrees, sizes, on, power_seconds), fit_device
 
 
 def _degrees(text: str) -> tuple[int, ...]:

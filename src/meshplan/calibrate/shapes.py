@@ -27,6 +27,13 @@ class Sizes:
     collective_bytes: tuple[int, ...]
     warmup: int
     repeats: int
+    # sustained power (power.csv): seconds of each workload (--power-seconds), bf16 GEMM sizes
+    # (the largest also in FP8), the bytes of each tensor of the HBM copy and add, and the most
+    # the L2-resident copy may move
+    power_seconds: float = 5.0
+    power_gemms: tuple[int, ...] = (2048, 4096, 8192)
+    power_hbm_bytes: int = 1 << 30
+    power_l2_bytes: int = 16 << 20
 
 
 FULL = Sizes(
@@ -53,6 +60,10 @@ QUICK = Sizes(
     collective_bytes=(1 << 10, 1 << 16, 1 << 20),
     warmup=1,
     repeats=3,
+    power_seconds=1.0,
+    power_gemms=(32, 64),
+    power_hbm_bytes=1 << 20,
+    power_l2_bytes=64 << 10,
 )
 
 
