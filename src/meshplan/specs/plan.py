@@ -144,18 +144,6 @@ class Plan(Spec):
             raise MeshplanError("optimizer_offload", value, valid)
         return fraction
 
-    @model_validator(mode="after")
-    def _offload_needs_distributed_optimizer(self) -> "Plan":
-        """Megatron-Core's offload runs inside the precision-aware distributed optimizer
-        (megatron/training/arguments.py asserts --use-precision-aware-optimizer with
-        --optimizer-cpu-offload; megatron/core/optimizer/__init__.py allows that only with
-        --use-distributed-optimizer); DeepSpeed offloads ZeRO stage 1-3's optimizer."""
-        if self.optimizer_offload > 0 and self.zero_stage < 1:
-            raise MeshplanError("optimizer_offload", self.optimizer_offload,
-                                "needs zero_stage >= 1: the offloaded optimizer is the distributed optimizer "
-                                "(Megatron-Core --use-distributed-optimizer, DeepSpeed ZeRO stage 1-3)")
-        return self
-
     @field_validator("order")
     @classmethod
     def _order_is_a_permutation(cls, order: str) -> str:

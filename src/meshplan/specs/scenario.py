@@ -204,7 +204,15 @@ def make_scenario(
 
 
 def _check_offload(p: Plan, cluster: Cluster, task: Task) -> None:
-    """Optimizer offload needs a training task and a cluster that describes its hosts."""
+    """Optimizer offload needs the distributed optimizer, a training task and a cluster that
+    describes its hosts. Megatron-Core's offload runs inside the precision-aware distributed
+    optimizer (megatron/training/arguments.py asserts --use-precision-aware-optimizer with
+    --optimizer-cpu-offload; megatron/core/optimizer/__init__.py allows that only with
+    --use-distributed-optimizer); DeepSpeed offloads ZeRO stage 1-3's optimizer partition."""
+    if p.zero_stage < 1:
+        raise MeshplanError("plan.optimizer_offload", p.optimizer_offload,
+                            "needs zero_stage >= 1: the offloaded optimizer is the distributed optimizer "
+                            "(Megatron-Core --use-distributed-optimizer, DeepSpeed ZeRO stage 1-3)")
     if task.kind == "inference":
         raise MeshplanError("plan.optimizer_offload", p.optimizer_offload, "applies to training only (inference has no optimizer); use 0")
     if cluster.host is None:
