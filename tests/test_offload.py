@@ -114,6 +114,10 @@ def test_a_model_that_fits_only_with_offload():
     offloaded = api.estimate(**run, optimizer_offload=1.0)
     assert offloaded.fits and offloaded.memory.host_fits
     assert offloaded.memory.host_total_bytes == pytest.approx(16.0 * offloaded.trainable_params, rel=1e-12)
+    # a one-device job has its node's host to itself: all its DRAM and all its bandwidth
+    assert offloaded.memory.host_capacity_bytes == pytest.approx(2e12)
+    cpu_s = offloaded.trainable_params * CPU_ADAM_BYTES_PER_PARAM / 614.4e9
+    assert offloaded.offload_s["cpu_s"] == pytest.approx(cpu_s, rel=1e-12)
 
 
 def test_host_memory_too_small_is_reported():

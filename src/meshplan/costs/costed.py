@@ -11,7 +11,7 @@ from meshplan.costs.compute import Roofline
 from meshplan.costs.offload import OffloadTimes, offload_times
 from meshplan.costs.power import WorkTally, capped_scale
 from meshplan.errors import MeshplanError
-from meshplan.parallel.program import Comm, Program
+from meshplan.parallel.program import Comm, Program, host_devices
 from meshplan.parallel.shard import ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.workloads.ops import backward_work
@@ -246,7 +246,7 @@ def optimizer_offload_times(program: Program, roof: Roofline) -> OffloadTimes | 
     kept = program.optimizer_params * (1.0 - fraction)
     gpu_s = float(roof.memory_s(kept * ADAM_BYTES_PER_PARAM, "optimizer")) if kept > 0 else 0.0
     return offload_times(program.optimizer_params, fraction, gpu_s, program.state.gradient, program.state.weight,
-                         s.cluster.host, s.cluster.devices_per_node)
+                         s.cluster.host, host_devices(s.cluster, s.num_devices))
 
 
 def experts_touched(num_experts: int, top_k: int, tokens: float) -> float:

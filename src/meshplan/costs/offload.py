@@ -20,7 +20,9 @@ USENIX ATC 2021, Sec. 4.1): both would hide part of the copies, so this is the s
 The CPU step streams its fp32 operands through host DRAM: DeepSpeed's CPU Adam
 (csrc/adam/cpu_adam_impl.cpp, ``Step_1``) reads the parameter, gradient and both moments and
 writes the parameter and both moments, 7 x 4 = 28 bytes per parameter. Every device of a node
-steps its own shard at once, so each gets an even share of the node's DRAM bandwidth. The CPU
+steps its own shard at once, so each gets an even share of the node's DRAM bandwidth (and of
+its DRAM: parallel.program.host_share_bytes); a job smaller than a node shares it among its own
+devices only. The CPU
 cores' power is not counted here: it is part of the host's watts (Task.host_w_per_node).
 """
 

@@ -39,9 +39,14 @@ def grad_bucket_params(plan) -> float:
     return max(40e6, 1e6 * weight_replicas(plan)[0])
 
 
-def host_share_bytes(cluster) -> float:
+def host_devices(cluster, num_devices: int) -> int:
+    """Devices of the job sharing one node's host: the node's, or all of a smaller job."""
+    return min(cluster.devices_per_node, num_devices)
+
+
+def host_share_bytes(cluster, num_devices: int) -> float:
     """One device's even share of its node's host memory (0 where the cluster states none)."""
-    return cluster.host.memory_bytes / cluster.devices_per_node if cluster.host is not None else 0.0
+    return cluster.host.memory_bytes / host_devices(cluster, num_devices) if cluster.host is not None else 0.0
 
 
 @dataclass(frozen=True)
@@ -385,7 +390,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             x_bytes=x_bytes,
             bucket_params=grad_bucket_params(plan),
             frozen_weight_bytes=lora_base_bytes(s.task, plan),
-            host_capacity_bytes=host_share_bytes(s.cluster),
+            host_capacity_bytes=host_share_bytes(s.cluster, s.num_devices),
         )
     return Role(
         name=name,

@@ -225,7 +225,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         warnings += (
             f"offloaded optimizer does not fit host memory: {format_bytes(worst_host.host_total_bytes, 'GiB')} per device, "
             f"{format_bytes(worst_host.host_capacity_bytes, 'GiB')} available (the node's host memory over its "
-            f"{s.cluster.devices_per_node} devices)",
+            f"{min(s.cluster.devices_per_node, s.num_devices)} devices)",
         )
     return Estimate(
         model_id=s.model.id,
