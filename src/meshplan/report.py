@@ -60,8 +60,16 @@ def estimate_groups(e: Estimate) -> dict[str, list[tuple[str, str]]]:
     ]
     memory_rows = [
         ("memory per device", f"{format_bytes(e.memory.total_bytes)} of {format_bytes(e.memory.capacity_bytes)}" + ("" if e.fits else "  DOES NOT FIT")),
-        *((f"  {_memory_name(name)}", format_bytes(v)) for name, v in e.memory.as_dict().items() if name not in ("capacity_bytes", "total_bytes") and v > 0),
+        *((f"  {_memory_name(name)}", format_bytes(v)) for name, v in e.memory.as_dict().items()
+          if name not in ("capacity_bytes", "total_bytes") and not name.startswith("host_") and v > 0),
     ]
+    if getattr(e.memory, "host_total_bytes", 0.0) > 0:  # optimizer offload
+        m = e.memory
+        memory_rows.append(("host memory per device (offloaded optimizer)",
+                            f"{format_bytes(m.host_total_bytes)} of {format_bytes(m.host_capacity_bytes)}" + ("" if m.host_fits else "  DOES NOT FIT")))
+        o = e.offload_s
+        time_rows.append(("  optimizer offload", f"GPU {format_seconds(o['gpu_s'])} beside D2H {format_seconds(o['d2h_s'])} + CPU "
+                                                  f"{format_seconds(o['cpu_s'])}, then H2D {format_seconds(o['h2d_s'])}"))
     groups = {"time": time_rows, "work": work_rows, "memory": memory_rows}
     if e.energy is not None:
         groups["energy"] = energy_rows(e)
@@ -79,6 +87,7 @@ def energy_rows(e, step: str = "step") -> list[tuple[str, str]]:
         *((f"  links {level}", format_energy(j)) for level, j in en.links_j.items() if j > 0),
         ("  idle power", format_energy(en.static_j)),
         *((("  hosts beyond the devices", format_energy(en.host_j)),) if getattr(en, "host_j", 0.0) > 0 else ()),
+        *((("  optimizer offload (host link and DRAM)", format_energy(en.offload_j)),) if getattr(en, "offload_j", 0.0) > 0 else ()),
         ("power per device (average / busiest)", f"{en.average_device_w:,.0f} W / {en.peak_device_w:,.0f} W of {en.tdp_w:,.0f} W"),
         (f"power per node of {en.devices_per_node} (average / busiest)", f"{en.average_node_w / 1e3:,.2f} kW / {en.peak_node_w / 1e3:,.2f} kW"),
     ]

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from meshplan import catalog
 from meshplan.costs.collectives import plan_collective_s
 from meshplan.costs.compute import Roofline
+from meshplan.costs.offload import OffloadTimes, offload_times
 from meshplan.costs.power import WorkTally, capped_scale
 from meshplan.errors import MeshplanError
-from meshplan.parallel.program import Comm, Program
+from meshplan.parallel.program import Comm, Program, host_devices
 from meshplan.parallel.shard import ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.workloads.ops import backward_work
@@ -61,6 +62,7 @@ class CostedProgram:
     zero3_scatter_s: float  # per micro-batch
     optimizer_s: float
     overlap_slowdown: float  # of the device's efficiency profile
+    offload: OffloadTimes | None = None  # the optimizer phase's parts with Plan.optimizer_offload
 
 
 def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline | None = None) -> OpTimes:
@@ -219,6 +221,9 @@ def cost_program(program: Program) -> CostedProgram:
     gathers = [c for c in program.zero3_comms if c.kind == "all_gather"]
     scatters = [c for c in program.zero3_comms if c.kind == "reduce_scatter"]
     optimizer_s = float(roof.memory_s(program.optimizer_params * ADAM_BYTES_PER_PARAM, "optimizer"))
+    offload = optimizer_offload_times(program, roof)
+    if offload is not None:
+        optimizer_s = offload.total_s
     return CostedProgram(
         program=program,
         kinds=kinds,
@@ -228,7 +233,20 @@ def cost_program(program: Program) -> CostedProgram:
         zero3_scatter_s=sum(comm_s(c) for c in scatters),
         optimizer_s=optimizer_s,
         overlap_slowdown=efficiency.overlap_slowdown,
+        offload=offload,
     )
+
+
+def optimizer_offload_times(program: Program, roof: Roofline) -> OffloadTimes | None:
+    """The optimizer phase split between GPU and host (meshplan.costs.offload); None without offload."""
+    s = program.scenario
+    fraction = s.plan.optimizer_offload
+    if not fraction or program.state is None or s.cluster.host is None:
+        return None
+    kept = program.optimizer_params * (1.0 - fraction)
+    gpu_s = float(roof.memory_s(kept * ADAM_BYTES_PER_PARAM, "optimizer")) if kept > 0 else 0.0
+    return offload_times(program.optimizer_params, fraction, gpu_s, program.state.gradient, program.state.weight,
+                         s.cluster.host, host_devices(s.cluster, s.num_devices))
 
 
 def experts_touched(num_experts: int, top_k: int, tokens: float) -> float:

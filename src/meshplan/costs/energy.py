@@ -6,7 +6,10 @@
   level's energy per bit (the study's Energy = 8·M·(cost_NV·n_NV + cost_IB·n_IB));
 - static: every device's idle power over the whole step, bubbles and waits included;
 - host (only where the task gives ``host_w_per_node``): each node's power beyond its
-  accelerators (CPUs, DRAM, NICs, switches, fans) over the whole step, a flat figure per node.
+  accelerators (CPUs, DRAM, NICs, switches, fans) over the whole step, a flat figure per node;
+- offload (only with Plan.optimizer_offload): the offloaded optimizer's bytes over the host link
+  and through host DRAM times their energy per bit (meshplan.costs.offload); the CPU cores that
+  step it are in the host's watts, counted only where the task gives them.
 
 Backward does twice the forward's work (COMET Table 1), a frozen weight's GEMM (LoRA's base) once
 (workloads.ops.backward_work); recomputed ops run their forward again; frozen layers run forward
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from meshplan.costs.collectives import GroupSpan
 from meshplan.costs.costed import ADAM_BYTES_PER_PARAM, BACKWARD_OF, CostedProgram
+from meshplan.costs.offload import offload_energy_j, offload_traffic
 from meshplan.costs.power import WorkTally, dynamic_energy_j
 from meshplan.errors import MeshplanError
 from meshplan.network.algorithms import PASSES
@@ -48,10 +52,12 @@ class EnergyBreakdown:
     by_role_j: dict[str, float] = field(default_factory=dict)  # dynamic energy of one device of each role
     host_j: float = 0.0  # the nodes beyond their accelerators (Task.host_w_per_node); 0 unless asked
     devices_per_node: int = 1
+    # optimizer offload: bytes over the host link (PCIe / NVLink-C2C) and through host DRAM
+    offload_j: float = 0.0
 
     @property
     def total_j(self) -> float:
-        return self.compute_j + self.memory_j + sum(self.links_j.values()) + self.static_j + self.host_j
+        return self.compute_j + self.memory_j + sum(self.links_j.values()) + self.static_j + self.host_j + self.offload_j
 
     @property
     def average_device_w(self) -> float:
@@ -66,18 +72,20 @@ class EnergyBreakdown:
     @property
     def average_node_w(self) -> float:
         """Average power of a node over the step: its accelerators, and the rest of the node where
-        the task counts it (host_j); links left out (NICs and switches, reported per level)."""
-        return (self.compute_j + self.memory_j + self.static_j + self.host_j) / (self.step_s * self.nodes)
+        the task counts it (host_j), and the offloaded optimizer's host traffic (offload_j); links
+        left out (NICs and switches, reported per level)."""
+        return (self.compute_j + self.memory_j + self.static_j + self.host_j + self.offload_j) / (self.step_s * self.nodes)
 
     @property
     def peak_node_w(self) -> float:
         """The busiest node's average power: a node full of the most loaded role's devices, plus
-        its share of the host power."""
-        return min(self.devices_per_node, self.num_devices) * self.peak_device_w + self.host_j / (self.step_s * self.nodes)
+        its share of the host power and offload traffic."""
+        host_w = (self.host_j + self.offload_j) / (self.step_s * self.nodes)
+        return min(self.devices_per_node, self.num_devices) * self.peak_device_w + host_w
 
     def as_dict(self) -> dict:
         return {"compute_j": self.compute_j, "memory_j": self.memory_j, "links_j": dict(self.links_j),
-                "static_j": self.static_j, "host_j": self.host_j, "total_j": self.total_j, "average_device_w": self.average_device_w,
+                "static_j": self.static_j, "host_j": self.host_j, "offload_j": self.offload_j, "total_j": self.total_j, "average_device_w": self.average_device_w,
                 "peak_device_w": self.peak_device_w, "tdp_w": self.tdp_w, "average_node_w": self.average_node_w,
                 "peak_node_w": self.peak_node_w}
 
@@ -160,8 +168,19 @@ def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_
     if not forward_only:
         t.comms(program.dp_comms, 1)
         t.comms(program.zero3_comms, m)
-        t.hbm += program.optimizer_params * ADAM_BYTES_PER_PARAM
+        t.hbm += optimizer_hbm_bytes(program)
     return t
+
+
+def optimizer_hbm_bytes(program) -> float:
+    """HBM bytes of one device's optimizer step: the Adam kernel's over the parameters it steps,
+    and with optimizer offload the offloaded gradients read and updated weights written by the
+    copies (meshplan.costs.offload)."""
+    fraction = program.scenario.plan.optimizer_offload
+    if not fraction or program.state is None:
+        return program.optimizer_params * ADAM_BYTES_PER_PARAM
+    copied = offload_traffic(program.optimizer_params, fraction, program.state.gradient, program.state.weight).link_bytes
+    return program.optimizer_params * (1.0 - fraction) * ADAM_BYTES_PER_PARAM + copied
 
 
 def _power(program) -> PowerModel | None:
@@ -217,7 +236,17 @@ def step_energy(costed: CostedProgram, step_s: float) -> EnergyBreakdown | None:
     if power is None:
         return None
     energy = _energy(program, power, step_s, program.scenario.num_micro_batches, forward_only=False)
-    return replace(energy, host_j=host_j(program.scenario, step_s))
+    return replace(energy, host_j=host_j(program.scenario, step_s), offload_j=offload_j(program))
+
+
+def offload_j(program) -> float:
+    """Every device's offloaded optimizer traffic over the host link and through host DRAM
+    (meshplan.costs.offload.offload_energy_j); 0 without offload."""
+    s = program.scenario
+    if not s.plan.optimizer_offload or program.state is None or s.cluster.host is None:
+        return 0.0
+    traffic = offload_traffic(program.optimizer_params, s.plan.optimizer_offload, program.state.gradient, program.state.weight)
+    return s.num_devices * offload_energy_j(traffic, s.cluster.host)
 
 
 def host_j(s, seconds: float) -> float:

@@ -91,8 +91,8 @@ def expand(
             point["ep"] = 1
         if point["tp"] == 1:
             point["sequence_parallel"] = False
-        if dp == 1:
-            point["zero_stage"] = 0
+        if dp == 1:  # ZeRO does nothing, but the offloaded optimizer is the distributed one
+            point["zero_stage"] = 1 if base.optimizer_offload else 0
         if point["pp"] == 1:
             point["virtual_pipeline_stages"] = 1
         if point["recompute"] == "selective" and base.flash_attention:

@@ -4,6 +4,9 @@
   parameter), gradients in the reduce precision (Rajbhandari et al. 2020, "ZeRO", Sec. 3.1).
 - ZeRO stage 1 shards the optimizer states over dp, stage 2 also the gradients, stage 3 (FSDP
   full shard) also the weights (ZeRO, Sec. 5).
+- Optimizer offload (Megatron-Core --optimizer-cpu-offload, DeepSpeed ZeRO-Offload): the
+  offloaded share of the optimizer state lives in host memory with an fp32 gradient copy per
+  offloaded parameter; the node's devices share its host memory evenly.
 - Activations: the tensors each op saves (meshplan.workloads.transformer, Korthikanti et al. 2022)
   times the micro-batches in flight: 1F1B keeps up to pp micro-batches on the first stage,
   interleaving adds a factor 1 + (pp-1)/(pp·v) (Korthikanti et al. 2022, Sec. 4.2.3); GPipe keeps
@@ -33,17 +36,22 @@ from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 
 class ByteBreakdown:
     """Bytes per device by category (the dataclass fields ending in ``_bytes``, except the
-    capacity); ``total_bytes`` is their sum."""
+    capacity and the ``host_`` fields, which are host memory); ``total_bytes`` is their sum."""
 
     capacity_bytes: float
 
     @property
     def total_bytes(self) -> float:
-        return sum(getattr(self, f.name) for f in fields(self) if f.name != "capacity_bytes")
+        return sum(getattr(self, f.name) for f in fields(self) if f.name != "capacity_bytes" and not f.name.startswith("host_"))
+
+    @property
+    def host_fits(self) -> bool:
+        """The device's share of its node's host memory holds what it offloads there."""
+        return True
 
     @property
     def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
+        return self.total_bytes <= self.capacity_bytes and self.host_fits
 
     @property
     def headroom_bytes(self) -> float:
@@ -67,6 +75,34 @@ class MemoryBreakdown(ByteBreakdown):
     comm_buffers_bytes: float
     low_precision_weights_bytes: float  # FP8/FP4 training: the GEMM weights' quantized copies
     capacity_bytes: float
+    # optimizer offload (Plan.optimizer_offload): host memory this device uses, not in total_bytes
+    host_optimizer_bytes: float = 0.0  # the offloaded optimizer state
+    host_gradients_bytes: float = 0.0  # the fp32 gradient copies the CPU step reads
+    host_capacity_bytes: float = 0.0  # this device's share of its node's host memory
+
+    @property
+    def host_total_bytes(self) -> float:
+        return self.host_optimizer_bytes + self.host_gradients_bytes
+
+    @property
+    def host_fits(self) -> bool:
+        return self.host_total_bytes <= self.host_capacity_bytes or self.host_total_bytes == 0.0
+
+
+#: bytes per offloaded parameter of the pinned fp32 gradient copy the CPU optimizer steps from:
+#: Megatron-Core's HybridDeviceOptimizer keeps one per offloaded parameter (cpu_copy_map_grad,
+#: megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py); DeepSpeed ZeRO-Offload the fp32
+#: partition's .grad (deepspeed/runtime/zero/stage_1_and_2.py, async_inplace_copy_grad_to_fp32_buffer_from_gpu)
+HOST_GRADIENT_BYTES_PER_PARAM = 4.0
+
+
+def offloaded_optimizer_split(optimizer_bytes: float, optimizer_params: float, fraction: float) -> tuple[float, float, float]:
+    """(device, host optimizer, host gradient) bytes when ``fraction`` of a device's optimizer
+    state moves to host memory: the state's bytes split by parameter count (Megatron-Core
+    HybridDeviceOptimizer offloads parameters in order until ``offload_fraction`` of their
+    elements are on the host), plus the host's fp32 gradient copy of each offloaded parameter."""
+    host = optimizer_bytes * fraction
+    return optimizer_bytes - host, host, optimizer_params * fraction * HOST_GRADIENT_BYTES_PER_PARAM
 
 
 @dataclass(frozen=True)
@@ -154,6 +190,7 @@ def stage_memory(
     low_precision_params: float = 0.0,
     gathered_low_precision_params: float = 0.0,
     frozen_weight_bytes: float | None = None,
+    host_capacity_bytes: float = 0.0,
 ) -> MemoryBreakdown:
     """Bytes per device of one pipeline stage.
 
@@ -193,15 +230,22 @@ def stage_memory(
         held = low_precision_params / shard if sharded_weights else low_precision_params
         weights -= held * (state.weight - stored)
     bucket = min(trainable, bucket_params) * state.gradient if dp > 1 else 0.0
+    optimizer_params = sharded(trainable, expert_trainable, 1)
+    optimizer, host_optimizer, host_gradients = optimizer_params * state.optimizer, 0.0, 0.0
+    if plan.optimizer_offload > 0:
+        optimizer, host_optimizer, host_gradients = offloaded_optimizer_split(optimizer, optimizer_params, plan.optimizer_offload)
     return MemoryBreakdown(
         weights_bytes=weights,
         gradients_bytes=sharded(trainable, expert_trainable, 2) * state.gradient,
-        optimizer_bytes=sharded(trainable, expert_trainable, 1) * state.optimizer,
+        optimizer_bytes=optimizer,
         activations_bytes=activations,
         gathered_weights_bytes=gathered,
         comm_buffers_bytes=2.0 * bucket + (2.0 * x_bytes if tp > 1 else 0.0),
         low_precision_weights_bytes=quantized,
         capacity_bytes=capacity_bytes,
+        host_optimizer_bytes=host_optimizer,
+        host_gradients_bytes=host_gradients,
+        host_capacity_bytes=host_capacity_bytes,
     )
 
 

@@ -39,6 +39,16 @@ def grad_bucket_params(plan) -> float:
     return max(40e6, 1e6 * weight_replicas(plan)[0])
 
 
+def host_devices(cluster, num_devices: int) -> int:
+    """Devices of the job sharing one node's host: the node's, or all of a smaller job."""
+    return min(cluster.devices_per_node, num_devices)
+
+
+def host_share_bytes(cluster, num_devices: int) -> float:
+    """One device's even share of its node's host memory (0 where the cluster states none)."""
+    return cluster.host.memory_bytes / host_devices(cluster, num_devices) if cluster.host is not None else 0.0
+
+
 @dataclass(frozen=True)
 class Comm:
     """``count`` collectives of ``bytes`` each, along ``axis``."""
@@ -124,6 +134,7 @@ class Program:
     element_bytes: float  # matmul operand bytes
     optimizer_params: float  # parameters one device updates (after ZeRO sharding), worst role
     phase: Phase | None = None  # serving: the pass this program is
+    state: StateBytes | None = None  # training: weight, gradient and optimizer bytes per parameter
 
 
 def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, GroupSpan]) -> LayerKind:
@@ -306,6 +317,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         element_bytes=BYTES_PER_ELEMENT[plan.precision],
         optimizer_params=optimizer_params,
         phase=phase,
+        state=state if phase is None else None,
     ), NcclChoice.of(plan))
 
 
@@ -378,6 +390,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             x_bytes=x_bytes,
             bucket_params=grad_bucket_params(plan),
             frozen_weight_bytes=lora_base_bytes(s.task, plan),
+            host_capacity_bytes=host_share_bytes(s.cluster, s.num_devices),
         )
     return Role(
         name=name,

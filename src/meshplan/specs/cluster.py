@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from meshplan.errors import MeshplanError
-from meshplan.specs.base import BytesPerS, Count, Fraction, JoulesPerBit, Seconds, Spec
+from meshplan.specs.base import Bytes, BytesPerS, Count, Fraction, JoulesPerBit, Seconds, Spec
 from meshplan.specs.device import Device
 
 Topology = Literal[
@@ -87,6 +87,25 @@ class NetworkLevel(Spec):
         return self.bytes_per_s * self.efficiency
 
 
+class Host(Spec):
+    """The host side of one node, as optimizer CPU offload uses it (meshplan.costs.offload).
+
+    ``memory_bytes`` and ``memory_bytes_per_s`` are the node's DRAM (all its CPU sockets), shared
+    by the node's devices; ``link_bytes_per_s`` is the achievable host<->device copy rate of one
+    device, per direction (PCIe, or NVLink-C2C on Grace); the energies are per bit moved.
+    ``memory_efficiency`` is the achieved fraction of the DRAM peak in the CPU optimizer's
+    streaming loop (1.0: the peak, a lower bound on the CPU step's time).
+    """
+
+    memory_bytes: Bytes
+    memory_bytes_per_s: BytesPerS
+    link_bytes_per_s: BytesPerS
+    link: Literal["pcie", "c2c"] = "pcie"
+    memory_energy_per_bit_j: JoulesPerBit = 0.0
+    link_energy_per_bit_j: JoulesPerBit = 0.0
+    memory_efficiency: Fraction = 1.0
+
+
 class Cluster(Spec):
     id: str
     name: str
@@ -98,6 +117,8 @@ class Cluster(Spec):
     # watts a node draws beyond its accelerators (CPUs, DRAM, NICs, switches, fans), with a
     # source; energy counts it only where the task asks (Task.host_w_per_node)
     host_w_per_node: float | None = Field(default=None, ge=0)
+    # host DRAM and the host<->device link per node (optimizer offload); None: not described
+    host: Host | None = None
     sources: dict[str, str] = {}
 
     @model_validator(mode="after")

@@ -99,6 +99,10 @@ class Plan(Spec):
     # reduce-scatter (all-to-all sends follow NCCL_P2P_LL_THRESHOLD).
     collective_algorithm: str = "auto"
     collective_protocol: str = "auto"
+    # fraction of this device's optimizer state (fp32 master weights, Adam moments) kept in host
+    # memory and stepped by the CPU (Megatron-Core --optimizer-cpu-offload with
+    # --optimizer-offload-fraction; DeepSpeed ZeRO-Offload at 1.0); meshplan.costs.offload
+    optimizer_offload: float = 0.0
     order: str = "tp-cp-dp-pp"
 
     @model_validator(mode="before")
@@ -125,6 +129,20 @@ class Plan(Spec):
         if not isinstance(value, str) or value.lower() not in by_name:
             raise MeshplanError("collective_protocol", value, f"one of {', '.join(COLLECTIVE_PROTOCOLS)} (NCCL_PROTO)")
         return by_name[value.lower()]
+
+    @field_validator("optimizer_offload", mode="before")
+    @classmethod
+    def _offload_fraction(cls, value):
+        valid = "a fraction from 0 to 1 of the optimizer state kept in host memory (0: none, 1: all)"
+        if isinstance(value, bool):
+            raise MeshplanError("optimizer_offload", value, valid)
+        try:
+            fraction = float(value)
+        except (TypeError, ValueError):
+            raise MeshplanError("optimizer_offload", value, valid) from None
+        if not 0.0 <= fraction <= 1.0:
+            raise MeshplanError("optimizer_offload", value, valid)
+        return fraction
 
     @field_validator("order")
     @classmethod

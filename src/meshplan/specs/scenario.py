@@ -144,6 +144,8 @@ def make_scenario(
             f"tp*cp*pp = {p.model_parallel}, so dp must be {num_devices // p.model_parallel}",
         )
     m = model
+    if p.optimizer_offload > 0:
+        _check_offload(p, cluster, task or Task())
     if p.zero_shard_size is not None:
         if dp % p.zero_shard_size:
             raise MeshplanError("plan.zero_shard_size", p.zero_shard_size, f"must divide dp ({dp})")
@@ -199,6 +201,26 @@ def make_scenario(
     plan = p.model_copy(update={"dp": dp, "global_batch_size": global_batch, "seq_len": seq_len, "expert_tp": expert_tp})
     return Scenario(model=m, cluster=cluster, plan=plan, num_devices=num_devices, task=task or Task(),
                     chunk_layers=chunk_layers, pipeline_split=split)
+
+
+def _check_offload(p: Plan, cluster: Cluster, task: Task) -> None:
+    """Optimizer offload needs the distributed optimizer, a training task and a cluster that
+    describes its hosts. Megatron-Core's offload runs inside the precision-aware distributed
+    optimizer (megatron/training/arguments.py asserts --use-precision-aware-optimizer with
+    --optimizer-cpu-offload; megatron/core/optimizer/__init__.py allows that only with
+    --use-distributed-optimizer); DeepSpeed offloads ZeRO stage 1-3's optimizer partition."""
+    if p.zero_stage < 1:
+        raise MeshplanError("plan.optimizer_offload", p.optimizer_offload,
+                            "needs zero_stage >= 1: the offloaded optimizer is the distributed optimizer "
+                            "(Megatron-Core --use-distributed-optimizer, DeepSpeed ZeRO stage 1-3)")
+    if task.kind == "inference":
+        raise MeshplanError("plan.optimizer_offload", p.optimizer_offload, "applies to training only (inference has no optimizer); use 0")
+    if cluster.host is None:
+        raise MeshplanError(
+            "plan.optimizer_offload", p.optimizer_offload,
+            f"cluster {cluster.id} states no host memory or host link (cluster.host): 0, or a cluster that does",
+            hint="give the cluster a host: {memory_bytes, memory_bytes_per_s, link_bytes_per_s, ...}",
+        )
 
 
 def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bool = True) -> tuple[tuple[int, ...], str]:

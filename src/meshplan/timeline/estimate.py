@@ -71,6 +71,8 @@ class Estimate:
     footprint: dict = field(default_factory=dict)  # costs.footprint: pue, grid (and its source), price or tco
     params: float = 0.0  # the model's parameters (LoRA's adapters included)
     trainable_params: float = 0.0  # of those, what gets gradients and optimizer state (finetuning: fewer)
+    # optimizer offload: the optimizer phase's parts (meshplan.costs.offload.OffloadTimes); empty without
+    offload_s: dict = field(default_factory=dict)
 
     def time_to_train_s(self, tokens: float) -> float:
         return tokens / self.tokens_per_s

@@ -214,11 +214,19 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     peak = s.cluster.device.peak(plan.precision)
     worst_memory = min((role.memory for role in program.roles), key=lambda mem: mem.headroom_bytes)
     fits = all(role.memory.fits for role in program.roles)
-    warnings = ()
-    if not fits:
+    warnings: tuple[str, ...] = ()
+    if worst_memory.headroom_bytes < 0:
         warnings = (
             f"does not fit: {format_bytes(worst_memory.total_bytes, 'GiB')} needed per device, "
             f"{format_bytes(worst_memory.capacity_bytes, 'GiB')} available",
+        )
+    host_short = [role.memory for role in program.roles if not role.memory.host_fits]
+    if host_short:
+        worst_host = max(host_short, key=lambda mem: mem.host_total_bytes)
+        warnings += (
+            f"offloaded optimizer does not fit host memory: {format_bytes(worst_host.host_total_bytes, 'GiB')} per device, "
+            f"{format_bytes(worst_host.host_capacity_bytes, 'GiB')} available (the node's host memory over its "
+            f"{min(s.cluster.devices_per_node, s.num_devices)} devices)",
         )
     energy = step_energy(costed, step_s)
     return Estimate(
@@ -253,6 +261,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         trainable_params=trainable_params(program.graph, not (s.task.kind == "finetune" and s.task.freeze_embedding),
                                           s.task.frozen_layers if s.task.kind == "finetune" else 0),
         footprint=footprint(s.task, s.cluster, s.num_devices, energy is not None),
+        offload_s=costed.offload.as_dict() if costed.offload is not None else {},
     )
 
 
