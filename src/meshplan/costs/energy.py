@@ -1,7 +1,11 @@
 """Energy of a training step, by component (the rack-scale energy/latency study's accounting).
 
 - compute: each op's flop times the device's energy per flop in the op's precision;
-- memory: each op's HBM traffic (meshplan.costs.power.op_work) times the energy per HBM byte;
+- memory: each op's HBM traffic (meshplan.costs.power.op_work) times the energy per HBM byte.
+  On-chip traffic (L2 and shared memory) is inside the energy per flop: that figure is fitted on
+  sustained GEMMs, which move their tiles through L2 as any GEMM of the step does (H100:
+  power.csv; its L2-resident copy row fits joules_per_l2_byte, which prices a kernel that runs
+  out of L2 rather than HBM);
 - links: each collective's bytes per device on each network level it crosses, times 8 times the
   level's energy per bit (the study's Energy = 8·M·(cost_NV·n_NV + cost_IB·n_IB));
 - static: every device's idle power over the whole step, bubbles and waits included;
