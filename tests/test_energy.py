@@ -57,6 +57,27 @@ def test_node_power_sums_its_devices_and_host():
     assert small.nodes == 1 and small.peak_node_w == pytest.approx(2 * small.peak_device_w, rel=1e-12)
 
 
+def test_energy_by_op_kind_and_collective_sums_to_the_components():
+    """Compute and HBM energy split by op kind (MAD Max's kinds plus the optimizer), link energy
+    by collective type; each split sums to its components, and the optimizer's share is its
+    HBM traffic (ADAM_BYTES_PER_PARAM per parameter it updates) alone."""
+    from meshplan.costs.costed import ADAM_BYTES_PER_PARAM
+    from meshplan.parallel.program import build_program
+
+    result = api.estimate("llama3-70b", "dgx-h100", num_devices=64, tp=4, pp=2, global_batch_size=64, sequence_parallel=True)
+    e = result.energy
+    assert set(e.by_op_kind_j) == {"gemm", "attention", "memory_bound", "embedding_lookup", "optimizer"}
+    assert sum(e.by_op_kind_j.values()) == pytest.approx(e.compute_j + e.memory_j, rel=1e-12)
+    assert sum(e.by_collective_j.values()) == pytest.approx(sum(e.links_j.values()), rel=1e-12)
+    # sequence parallel: all-gather and reduce-scatter for tp, send/recv between the stages
+    assert {"all_gather", "reduce_scatter", "send_recv"} <= set(e.by_collective_j)
+    assert e.by_op_kind_j["gemm"] > 0.5 * (e.compute_j + e.memory_j)
+    # every device streams the worst role's optimizer share (Program.optimizer_params)
+    program = build_program(api.scenario("llama3-70b", "dgx-h100", num_devices=64, tp=4, pp=2, global_batch_size=64, sequence_parallel=True))
+    assert e.by_op_kind_j["optimizer"] == pytest.approx(
+        64 * program.optimizer_params * ADAM_BYTES_PER_PARAM * POWER.joules_per_hbm_byte, rel=1e-9)
+
+
 def test_link_bytes_per_level_follow_the_hierarchical_algorithm():
     """An all-reduce of B over 16 H100s (two nodes of 8): 2·7/8·B on NVLink, 2·1/2·B/8 on
     InfiniBand; an all-to-all sends 7/16 of its buffer inside the node and 8/16 across."""

@@ -76,6 +76,11 @@ def estimate_groups(e: Estimate) -> dict[str, list[tuple[str, str]]]:
     return groups
 
 
+
+def _shares(joules: dict[str, float]) -> str:
+    """``{"gemm": 1.9e5, ...}`` as "gemm 196 kJ, attention 28.9 kJ", largest first."""
+    return ", ".join(f"{name} {format_energy(j)}" for name, j in sorted(joules.items(), key=lambda kv: -kv[1]) if j > 0)
+
 def energy_rows(e, step: str = "step") -> list[tuple[str, str]]:
     """Energy per step by component, device power against the TDP, and the footprint of the
     training run when the task names its tokens."""
@@ -88,6 +93,8 @@ def energy_rows(e, step: str = "step") -> list[tuple[str, str]]:
         ("  idle power", format_energy(en.static_j)),
         *((("  hosts beyond the devices", format_energy(en.host_j)),) if getattr(en, "host_j", 0.0) > 0 else ()),
         *((("  optimizer offload (host link and DRAM)", format_energy(en.offload_j)),) if getattr(en, "offload_j", 0.0) > 0 else ()),
+        *((("  compute and HBM by op kind", _shares(en.by_op_kind_j)),) if en.by_op_kind_j else ()),
+        *((("  links by collective", _shares(en.by_collective_j)),) if en.by_collective_j else ()),
         ("power per device (average / busiest)", f"{en.average_device_w:,.0f} W / {en.peak_device_w:,.0f} W of {en.tdp_w:,.0f} W"),
         (f"power per node of {en.devices_per_node} (average / busiest)", f"{en.average_node_w / 1e3:,.2f} kW / {en.peak_node_w / 1e3:,.2f} kW"),
     ]

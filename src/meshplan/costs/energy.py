@@ -1,7 +1,11 @@
 """Energy of a training step, by component (the rack-scale energy/latency study's accounting).
 
 - compute: each op's flop times the device's energy per flop in the op's precision;
-- memory: each op's HBM traffic (meshplan.costs.power.op_work) times the energy per HBM byte;
+- memory: each op's HBM traffic (meshplan.costs.power.op_work) times the energy per HBM byte.
+  On-chip traffic (L2 and shared memory) is inside the energy per flop: that figure is fitted on
+  sustained GEMMs, which move their tiles through L2 as any GEMM of the step does (H100:
+  power.csv; its L2-resident copy row fits joules_per_l2_byte, which prices a kernel that runs
+  out of L2 rather than HBM);
 - links: each collective's bytes per device on each network level it crosses, times 8 times the
   level's energy per bit (the study's Energy = 8·M·(cost_NV·n_NV + cost_IB·n_IB));
 - static: every device's idle power over the whole step, bubbles and waits included;
@@ -50,6 +54,10 @@ class EnergyBreakdown:
     peak_device_w: float  # the most loaded role's average power over the step
     tdp_w: float
     by_role_j: dict[str, float] = field(default_factory=dict)  # dynamic energy of one device of each role
+    # compute and HBM energy of all devices per op kind (workloads.ops.OP_KIND, and the optimizer):
+    # they sum to compute_j + memory_j; link energy per collective type: they sum to links_j
+    by_op_kind_j: dict[str, float] = field(default_factory=dict)
+    by_collective_j: dict[str, float] = field(default_factory=dict)
     host_j: float = 0.0  # the nodes beyond their accelerators (Task.host_w_per_node); 0 unless asked
     devices_per_node: int = 1
     # optimizer offload: bytes over the host link (PCIe / NVLink-C2C) and through host DRAM
@@ -87,7 +95,8 @@ class EnergyBreakdown:
         return {"compute_j": self.compute_j, "memory_j": self.memory_j, "links_j": dict(self.links_j),
                 "static_j": self.static_j, "host_j": self.host_j, "offload_j": self.offload_j, "total_j": self.total_j, "average_device_w": self.average_device_w,
                 "peak_device_w": self.peak_device_w, "tdp_w": self.tdp_w, "average_node_w": self.average_node_w,
-                "peak_node_w": self.peak_node_w}
+                "peak_node_w": self.peak_node_w, "by_op_kind_j": dict(self.by_op_kind_j),
+                "by_collective_j": dict(self.by_collective_j)}
 
 
 def level_bytes(kind: str, bytes_: float, span: GroupSpan, algorithm: str = "hierarchical") -> dict[int, float]:
@@ -124,6 +133,7 @@ class _Tally(WorkTally):
     def __init__(self, precision: str, element_bytes: float):
         super().__init__(precision, element_bytes)
         self.link: dict[int, float] = {}  # bytes per level index
+        self.kind_link: dict[str, dict[int, float]] = {}  # collective type -> bytes per level index
 
     def ops(self, ops: tuple[ShardedOp, ...] | list[ShardedOp], times: float, backward: float = 0.0) -> None:
         """``times`` forwards of each op and ``backward`` backwards (each backward_work forwards' worth)."""
@@ -136,8 +146,10 @@ class _Tally(WorkTally):
             algorithm = "hierarchical"
             if kind in PASSES and c.span.hops:  # the algorithm the collective is timed with
                 algorithm = choose(kind, c.bytes, c.span, *c.nccl.for_kind(kind))[0]
+            per_level = self.kind_link.setdefault(kind, {})
             for level, moved in level_bytes(kind, c.bytes, c.span, algorithm).items():
                 self.link[level] = self.link.get(level, 0.0) + times * c.count * moved
+                per_level[level] = per_level.get(level, 0.0) + times * c.count * moved
 
 
 def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_trains: bool) -> _Tally:
@@ -168,7 +180,7 @@ def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_
     if not forward_only:
         t.comms(program.dp_comms, 1)
         t.comms(program.zero3_comms, m)
-        t.hbm += optimizer_hbm_bytes(program)
+        t.add_hbm("optimizer", optimizer_hbm_bytes(program))
     return t
 
 
@@ -204,14 +216,24 @@ def _breakdown(power: PowerModel, cluster, devices: list[tuple[str, int, _Tally]
     compute = memory = peak = 0.0
     links: dict[str, float] = {}
     by_role: dict[str, float] = {}
+    by_op_kind: dict[str, float] = {}
+    by_collective: dict[str, float] = {}
+
+    def link_j(level: int, moved: float) -> float:
+        return count * moved * BITS_PER_BYTE * cluster.levels[level].energy_per_bit_j
+
     for name, count, t in devices:
         flop_j = dynamic_energy_j(power, t.flop, 0.0)
         hbm_j = t.hbm * power.joules_per_hbm_byte
         compute += count * flop_j
         memory += count * hbm_j
         for level, moved in t.link.items():
-            spec = cluster.levels[level]
-            links[spec.name] = links.get(spec.name, 0.0) + count * moved * BITS_PER_BYTE * spec.energy_per_bit_j
+            name_of_level = cluster.levels[level].name
+            links[name_of_level] = links.get(name_of_level, 0.0) + link_j(level, moved)
+        for kind, joules in t.kind_energy_j(power).items():
+            by_op_kind[kind] = by_op_kind.get(kind, 0.0) + count * joules
+        for kind, per_level in t.kind_link.items():
+            by_collective[kind] = by_collective.get(kind, 0.0) + sum(link_j(level, moved) for level, moved in per_level.items())
         by_role[name] = flop_j + hbm_j
         peak = max(peak, power.idle_w + (flop_j + hbm_j) / seconds)
     num_devices = sum(count for _, count, _ in devices)
@@ -226,6 +248,8 @@ def _breakdown(power: PowerModel, cluster, devices: list[tuple[str, int, _Tally]
         tdp_w=cluster.device.tdp_w,
         by_role_j=by_role,
         devices_per_node=cluster.devices_per_node,
+        by_op_kind_j=by_op_kind,
+        by_collective_j=by_collective,
     )
 
 

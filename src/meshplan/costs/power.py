@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.specs.device import PowerModel
+from meshplan.workloads.ops import OP_KIND
 
 
 @dataclass(frozen=True)
@@ -48,17 +49,34 @@ def op_work(op, plan_precision: str, element_bytes: float) -> Work:
 
 class WorkTally:
     """Flop by precision and HBM bytes of sharded ops, each counted ``times`` forwards' worth
-    (a backward is two, COMET Table 1)."""
+    (a backward is two, COMET Table 1), in all and per op kind (workloads.ops.OP_KIND)."""
 
     def __init__(self, precision: str, element_bytes: float):
         self.precision, self.element_bytes = precision, element_bytes
         self.flop: dict[str, float] = {}
         self.hbm = 0.0
+        self.kind_flop: dict[str, dict[str, float]] = {}  # op kind -> precision -> flop
+        self.kind_hbm: dict[str, float] = {}
 
     def add(self, op, times: float) -> None:
         work = op_work(op, self.precision, self.element_bytes)
         self.flop[work.precision] = self.flop.get(work.precision, 0.0) + times * work.flop
         self.hbm += times * work.hbm_bytes
+        kind = OP_KIND[op.op.kind]
+        flop = self.kind_flop.setdefault(kind, {})
+        flop[work.precision] = flop.get(work.precision, 0.0) + times * work.flop
+        self.add_hbm(kind, times * work.hbm_bytes, counted=True)
+
+    def add_hbm(self, kind: str, hbm_bytes: float, counted: bool = False) -> None:
+        """HBM traffic of ``kind`` (e.g. the optimizer's); ``counted``: already in ``hbm``."""
+        if not counted:
+            self.hbm += hbm_bytes
+        self.kind_hbm[kind] = self.kind_hbm.get(kind, 0.0) + hbm_bytes
+
+    def kind_energy_j(self, power: PowerModel) -> dict[str, float]:
+        """Dynamic energy per op kind; the kinds sum to energy_j."""
+        return {kind: dynamic_energy_j(power, self.kind_flop.get(kind, {}), self.kind_hbm.get(kind, 0.0))
+                for kind in {*self.kind_flop, *self.kind_hbm}}
 
     def energy_j(self, power: PowerModel) -> float:
         return dynamic_energy_j(power, self.flop, self.hbm)

@@ -7,9 +7,7 @@ from collections import defaultdict
 
 from meshplan.costs.costed import BACKWARD_OF, CostedProgram, comm_s
 from meshplan.units import difference
-
-#: op kinds as MAD Max reports them
-OP_KIND = {"matmul": "gemm", "attention": "attention", "elementwise": "memory_bound", "lookup": "embedding_lookup"}
+from meshplan.workloads.ops import OP_KIND
 
 
 def by_op_kind(costed: CostedProgram, role_index: int, micro_batches: int) -> dict[str, float]:

@@ -18,6 +18,9 @@ OpKind = Literal["matmul", "attention", "elementwise", "lookup"]
 Shard = Literal["tp", "sp", "none"]
 
 
+#: op kinds as MAD Max reports them (its Fig. 15 breakdowns)
+OP_KIND = {"matmul": "gemm", "attention": "attention", "elementwise": "memory_bound", "lookup": "embedding_lookup"}
+
 @dataclass(frozen=True)
 class Saved:
     """A tensor kept from forward for backward: bytes for one micro-batch, and how it shards."""
