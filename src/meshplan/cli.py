@@ -10,9 +10,11 @@ from typing import Optional
 
 import typer
 
+from meshplan.cli_query import HELP as _HELP
+from meshplan.cli_query import catalog_app, results_app
+from meshplan.cli_query import console as _console
 from meshplan.errors import MeshplanError
 
-_HELP = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
     add_completion=False,
@@ -34,8 +36,8 @@ def _root(
     """Predict and plan how large ML models run on accelerator clusters."""
 
 
-catalog_app = typer.Typer(no_args_is_help=True, context_settings=_HELP, help="List and show built-in devices, clusters and models.")
 app.add_typer(catalog_app, name="catalog")
+app.add_typer(results_app, name="results")
 
 _PLAN_FLAGS = {
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "global_batch": "global_batch_size",
@@ -46,13 +48,6 @@ _PLAN_FLAGS = {
 }
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    console = Console(stderr=stderr)
-    if not console.is_terminal:  # piped or captured: do not squeeze tables into 80 columns
-        console = Console(stderr=stderr, width=160)
-    return console
 
 
 @app.command()
@@ -260,35 +255,6 @@ def search(
     _console(stderr=True).print(summary)
 
 
-results_app = typer.Typer(no_args_is_help=True, context_settings=_HELP, help="Query stored search results with SQL (DuckDB).")
-app.add_typer(results_app, name="results")
-
-
-@results_app.command("query")
-def results_query(
-    folder: Path = typer.Argument(..., help="A --store folder of meshplan search."),
-    sql: str = typer.Argument(..., help="SQL over the view `plans`, e.g. select tp, pp, step_time_s from plans order by 3 limit 5"),
-    as_json: bool = typer.Option(False, "--json", help="Print rows as JSON objects."),
-):
-    """Run SQL over every plan a search stored."""
-    from meshplan.explore.store import query
-
-    columns, rows = query(folder, sql)
-    if as_json:
-        # NaN and infinities (from the query's own arithmetic) are null: JSON has no such numbers
-        rows = [[None if isinstance(v, float) and (v != v or abs(v) == float("inf")) else v for v in row] for row in rows]
-        typer.echo(json.dumps([dict(zip(columns, row)) for row in rows], indent=2, default=str))
-        return
-    from rich.table import Table
-
-    table = Table(header_style="bold")
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*(f"{v:.6g}" if isinstance(v, float) else str(v) for v in row))
-    _console().print(table)
-
-
 def _is_dlrm(model_ref) -> bool:
     from meshplan.api import resolve_model
     from meshplan.specs.dlrm import DLRMModel
@@ -438,34 +404,6 @@ def report(
 
     written = write_report(input_, out, fmt, trace, top, price)
     _console(stderr=True).print(f"report written to {out}" + (f" ({len(written)} files)" if fmt != "html" else ""))
-
-
-@catalog_app.command("list")
-def catalog_list(kind: Optional[str] = typer.Argument(None, help="devices, clusters or models (default: all).")):
-    """List the ids in the built-in catalog."""
-    from meshplan import catalog
-
-    kinds = {"devices": catalog.device_ids, "clusters": catalog.cluster_ids,
-             "models": lambda: [*catalog.model_ids(), *catalog.dlrm_model_ids()]}
-    if kind is not None and kind not in kinds:
-        raise MeshplanError("kind", kind, f"one of {', '.join(kinds)}")
-    for name, ids in kinds.items():
-        if kind in (None, name):
-            typer.echo(f"{name}:")
-            for item in ids():
-                typer.echo(f"  {item}")
-
-
-@catalog_app.command("show")
-def catalog_show(item: str = typer.Argument(..., help="A device, cluster or model id.")):
-    """Show one catalog entry with the source of each number."""
-    import yaml
-
-    from meshplan import catalog
-
-    kind, entry = catalog.find(item)
-    typer.echo(f"# {kind[:-1]} {item}")
-    typer.echo(yaml.safe_dump(entry, sort_keys=False, width=110).rstrip())
 
 
 def _usage_message(err: Exception) -> str:
