@@ -85,21 +85,17 @@ def region_intensity(region: str) -> GridIntensity:
     name = str(region).strip()
     if ":" in name:
         regions = _cloud_regions()
-        found = regions.get(name.lower())
-        if found is None:
-            providers = sorted({key.split(":")[0] for key in regions})
-            near = closest(name.lower(), regions)
-            raise MeshplanError(FIELD, region,
-                                f"a cloud region of codecarbon's {CLOUD_FILE} as provider:region "
-                                f"(providers: {', '.join(providers)}), or an ISO alpha-3 country code",
-                                hint=f"did you mean {', '.join(near)}?" if near else None)
-        return found
+        providers = sorted({key.split(":")[0] for key in regions})
+        return _lookup(regions, name.lower(), region, f"a cloud region of codecarbon's {CLOUD_FILE} as provider:region "
+                       f"(providers: {', '.join(providers)}), or an ISO alpha-3 country code")
     countries = _countries()
-    found = countries.get(name.upper())
+    return _lookup(countries, name.upper(), region, f"an ISO 3166-1 alpha-3 country code of codecarbon's {COUNTRY_FILE} "
+                   f"({len(countries)} countries, e.g. FRA, USA, DEU), or provider:region")
+
+
+def _lookup(table: dict[str, GridIntensity], key: str, region, valid: str) -> GridIntensity:
+    found = table.get(key)
     if found is None:
-        near = closest(name.upper(), countries)
-        raise MeshplanError(FIELD, region,
-                            f"an ISO 3166-1 alpha-3 country code of codecarbon's {COUNTRY_FILE} "
-                            f"({len(countries)} countries, e.g. FRA, USA, DEU), or provider:region",
-                            hint=f"did you mean {', '.join(near)}?" if near else None)
+        near = closest(key, table)
+        raise MeshplanError(FIELD, region, valid, hint=f"did you mean {', '.join(near)}?" if near else None)
     return found
