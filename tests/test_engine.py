@@ -16,7 +16,10 @@ import meshplan
 from meshplan.costs.costed import OpTimes
 from meshplan.timeline.engine import Segment, State, Task, chunked_s, collective, compute, repeat, schedule_pass, unrolled
 from meshplan.timeline.halves import Half, Op, Overlap
-from meshplan.timeline.passes import DataParallel, Layer, backward_pass, first_forward_pass, forward_pass
+from meshplan.costs.costed import cost_program
+from meshplan.parallel.program import build_program
+from meshplan.timeline.passes import DataParallel, Layer, backward_pass, first_forward_pass, forward_pass, step_reduce_gather_s
+from meshplan.timeline.step import interleaved_param_wait, role_passes
 from meshplan.timeline.paired import paired_pass
 
 
@@ -126,6 +129,30 @@ def test_first_bucket_gathered_from_the_start_of_the_step():
     assert schedule_pass(later).time_s == pytest.approx(12.0)
     plain = forward_pass("f0", four, None, None, dp, overlap(), first_micro_batch=True)
     assert schedule_pass(plain).time_s == pytest.approx(14.0)
+
+
+def test_interleaved_gathers_wait_a_chunk_ahead():
+    """Four chunks of 3 s of all-gather each (12 s in all), forwards of 2 s per chunk, 4 stages:
+    chunk c + 1 is needed 4 x 2 = 8 s after chunk c, so only chunk 0's 3 s is waited for. At
+    10 s a chunk (40 s in all) the gathers fall behind by 2 s a chunk: 10 + 3 x 2 = 16."""
+    assert interleaved_param_wait(12.0, 4 * 2.0, stages=4, virtual=4) == pytest.approx(3.0)
+    assert interleaved_param_wait(40.0, 4 * 2.0, stages=4, virtual=4) == pytest.approx(16.0)
+
+
+def test_interleaved_parameter_gather_is_waited_for_once_not_per_stage():
+    """Megatron-Core interleaved with the distributed optimizer: the overlapped step is the
+    blocking one less (the whole all-gather - the wait), the wait counted as exposed dp once."""
+    plan = dict(tp=8, pp=8, virtual_pipeline_stages=4, micro_batch_size=1, global_batch_size=64, zero_stage=1,
+                framework="megatron-core")
+    on = meshplan.estimate("gpt3-175b", "dgx-h100", num_devices=512, **plan)
+    off = meshplan.estimate("gpt3-175b", "dgx-h100", num_devices=512, **plan, overlap_param_gather=False)
+    scenario = meshplan.api.scenario("gpt3-175b", "dgx-h100", plan, 512)
+    costed = cost_program(build_program(scenario))
+    gather = step_reduce_gather_s(costed.program)[1]
+    wait = role_passes(costed, 0).release_s
+    assert 0.0 < wait < gather
+    assert off.step_time_s - on.step_time_s == pytest.approx(gather - wait, rel=1e-6)
+    assert on.breakdown.exposed_comm_s["dp"] - wait == pytest.approx(off.breakdown.exposed_comm_s["dp"] - gather, abs=1e-9)
 
 
 def test_expert_all_to_all_paired():

@@ -4,8 +4,8 @@ toy pipelines, published bubble formulas, properties and input validation.
 The differential test draws 300 pipelines per schedule (fixed seeds): 1-12 stages whose first and
 last stages are 0-100% heavier than the middle ones (sometimes two middle kinds), 1-64
 micro-batches, 1-4 model chunks where interleaving applies, a random weight-gradient share,
-random first-forward / last-backward / paired times, p2p latency zero or up to 30% of a forward,
-overlapped or not. ``pipeline_time`` is exact in every case (closed form or certified periodic
+random first-forward / last-backward / paired times, some stages released late, p2p latency
+zero or up to 30% of a forward, overlapped or not. ``pipeline_time`` is exact in every case (closed form or certified periodic
 extrapolation, see pipeline_schedule), so totals, per-entry bubbles and finishes must agree with
 the simulation to 1e-9 relative.
 """
@@ -48,6 +48,7 @@ def random_pipeline(rng: np.random.Generator, kind: str) -> tuple[list[StageWork
             last_backward_s=full * rng.uniform(1.0, 1.5) if rng.random() < 0.3 else None,
             paired_s=(f + full) * rng.uniform(0.6, 1.0) if rng.random() < 0.5 else None,
             count=count,
+            release_s=f * rng.uniform(0.0, 3.0) if rng.random() < 0.2 else 0.0,
         )
 
     first, last = 1 + rng.uniform(0, 1), 1 + rng.uniform(0, 1)
@@ -115,6 +116,25 @@ def test_two_stages_with_a_heavy_first_stage_by_hand():
     assert result.total_s == pytest.approx(13.0)
     assert result.finish_s == pytest.approx((13.0, 8.0))
     assert result.bubble_s == pytest.approx((1.0, 7.0))
+
+
+@pytest.mark.parametrize("schedule,v", [("gpipe", 1), ("1f1b", 1), ("1f1b", 3)])
+def test_a_release_on_every_stage_delays_the_pipeline_once(schedule, v):
+    """Every stage's first op waits until R (parameters gathered on all stages at once): the
+    schedule is the unreleased one shifted by R, not R per stage along the warm-up."""
+    plain = [StageWork(1.0, 2.0), StageWork(1.5, 2.5, count=2), StageWork(1.2, 2.0)]
+    released = [StageWork(w.forward_s, w.backward_s, count=w.count, release_s=7.0) for w in plain]
+    before, after = pipeline_time(plain, 8, schedule, v), pipeline_time(released, 8, schedule, v)
+    assert after.total_s == pytest.approx(before.total_s + 7.0)
+    assert after.finish_s == pytest.approx(tuple(f + 7.0 for f in before.finish_s))
+
+
+def test_a_late_released_second_stage_by_hand():
+    """p=2, m=1, F=1, B=2; stage 1 released at 5: stage 0 F [0,1]; stage 1 F [5,6], B [6,8];
+    stage 0 B [8,10]."""
+    result = pipeline_time([StageWork(1.0, 2.0), StageWork(1.0, 2.0, release_s=5.0)], 1, "1f1b")
+    assert result.total_s == pytest.approx(10.0)
+    assert result.finish_s == pytest.approx((10.0, 8.0))
 
 
 @pytest.mark.parametrize("p,v,m", [(4, 2, 8), (4, 4, 16), (8, 2, 8), (8, 4, 64)])
@@ -266,6 +286,8 @@ def test_overlapping_p2p_is_never_slower(pipeline, schedule):
     (dict(stages=[StageWork(-1.0, 1.0, count=4)]), "pipeline.stages[0].forward_s"),
     (dict(stages=[StageWork(1.0, 1.0, count=0)]), "pipeline.stages[0].count"),
     (dict(stages=[StageWork(1.0, 2.0, last_backward_s=1.0, count=4)]), "pipeline.stages[0].last_backward_s"),
+    (dict(stages=[StageWork(1.0, 2.0, count=4, release_s=-1.0)]), "pipeline.stages[0].release_s"),
+    (dict(stages=[StageWork(1.0, 2.0, count=4, release_s=float("inf"))]), "pipeline.stages[0].release_s"),
     (dict(stages=[StageWork(1.0, 2.0, count=3)], schedule="dualpipe", micro_batches=8), "plan.pp"),
 ])
 def test_invalid_inputs_name_the_field(kwargs, field):

@@ -43,16 +43,14 @@ def test_every_scaling_case_is_scored_cites_its_log_and_matches_its_tokens_per_g
             case["measured"]["tokens_per_s_per_gpu"], rel=1e-3)
 
 
-def test_the_smallest_scale_is_predicted_within_10_percent(scored):
-    smallest = min(scored, key=lambda rc: rc[1]["hardware"]["num_devices"])[0]
-    assert abs(smallest.relative_error) < 0.10
+def test_every_scale_is_predicted_within_10_percent(scored):
+    """At 8192 and 10752 GPUs the predictions were 1.23x and 1.30x the measurement while each
+    interleaved chunk's parameter all-gather was chained along the pipeline's warm-up; they are
+    gathered a chunk ahead on every stage at once, as Megatron-Core does (step.interleaved_param_wait)."""
+    for result, _ in scored:
+        assert abs(result.relative_error) < 0.10, result.id
 
 
-@pytest.mark.xfail(strict=True, reason="known miss, issue 9: at 8192 and 10752 GPUs the predicted step is "
-                   "1.23x and 1.30x the measured one (was 2.0x and 3.0x before each chunk's first parameter "
-                   "bucket was gathered from the step's start); the bubble is 0.46 s against 0.04 s from "
-                   "(p-1)/(v·m): the rest of each chunk's first-micro-batch gather is chained along the "
-                   "96-chunk interleaved warm-up")
 def test_per_gpu_throughput_ratio_from_smallest_to_largest_scale_follows_the_measurement(scored):
     ordered = sorted(scored, key=lambda rc: rc[1]["hardware"]["num_devices"])
     (small, small_case), (large, large_case) = ordered[0], ordered[-1]

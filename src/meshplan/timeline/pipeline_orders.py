@@ -235,7 +235,7 @@ def simulate_orders(works: Sequence, schedule: str, m: int, v: int, p2p_s: float
         return False
 
     timeline: list[list[Op]] = [[] for _ in range(p)]
-    free = [0.0] * p
+    free = [float(w.release_s) for w in works]
     cursor = [0] * p
     remaining = sum(len(o) for o in orders)
     while remaining:

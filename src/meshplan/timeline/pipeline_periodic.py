@@ -171,13 +171,17 @@ def duration_table(works) -> np.ndarray:
     return np.stack([F, Ff, B + W, BWl, B, W, BWl - B, P / 2, P / 2 + Ff - F, P / 2, P / 2 + BWl - B - W, 0 * F])
 
 
-def run(c: Compiled, table: np.ndarray, p2p_s: float, overlap_p2p: bool) -> np.ndarray:
+def run(c: Compiled, table: np.ndarray, p2p_s: float, overlap_p2p: bool, release: np.ndarray | None = None) -> np.ndarray:
     """End time of every op: the longest path, one dependency depth at a time (a Python loop
     over the ops when the depths are too thin to pay for numpy calls). Index -1 is a sentinel
-    slot that stays 0.0, so a missing predecessor costs nothing."""
+    slot that stays 0.0, so a missing predecessor costs nothing. ``release``: per stage, the
+    earliest start of its first op (StageWork.release_s)."""
     n = len(c.prev)
     dur = table[c.code[:, 0], c.work[:, 0]] + table[c.code[:, 1], c.work[:, 1]]
     hold = np.append(c.sends * (0.0 if overlap_p2p else p2p_s), 0.0)[c.prev]  # held after the previous op
+    if release is not None:
+        first = c.prev < 0
+        hold[first] += release[c.stage[first]]
     if n < 12 * (len(c.levels) - 1):
         lat = c.cross * p2p_s
         end = [0.0] * (n + 1)
@@ -309,6 +313,7 @@ def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_
     """Per stage, the end of its last op for m micro-batches, exactly (module docstring)."""
     p = len(works)
     table = duration_table(works)
+    release = np.array([float(w.release_s) for w in works]) if any(w.release_s for w in works) else None
     unit = p if (schedule == "1f1b" and v > 1) else 1  # steady pattern period, per direction
     units = 2 if schedule == "dualpipe" else 1
     # where a certificate usually exists already (measured): 1F1B 2p, ZB-H1 3p, interleaved and
@@ -318,7 +323,7 @@ def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_
     while m1 < m and structure(schedule, p, v, m1, unit) is None:  # too short for a cut pair
         m1 = _valid_count(schedule, p, v, 2 * m1)
     c = compile_schedule(schedule, p, min(m1, m), v)
-    end = run(c, table, p2p_s, overlap_p2p)
+    end = run(c, table, p2p_s, overlap_p2p, release)
     if m1 >= m:
         return end[c.last_of_stage]
     scale = 1e-11 * max(1.0, float(end.max()))
@@ -335,7 +340,7 @@ def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_
         m2 = m1 + (m - m1) % r
         if m2 != m1:
             c = compile_schedule(schedule, p, m2, v)
-            end = run(c, table, p2p_s, overlap_p2p)
+            end = run(c, table, p2p_s, overlap_p2p, release)
         return end[c.last_of_stage] + (m - m2) // r * float(gaps.mean())
     return _matrix_power_finish(c, table, p2p_s, overlap_p2p, end, structure(schedule, p, v, m1, unit), (m - m1) // (unit * units))
 

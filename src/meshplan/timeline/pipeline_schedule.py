@@ -20,7 +20,8 @@ exactly (to rounding) without unrolling all micro-batches:
   overlap_p2p=False): closed-form longest paths (``pipeline_closed_form``), a few dozen numpy
   operations on p x p arrays whatever m is (about 0.1-0.4 ms for p = 16-64,
   benchmarks/bench_pipeline.py).
-- everything else (1f1b with overlapped latency, interleaved 1f1b, zb-h1, dualpipe): a bounded
+- everything else (1f1b with overlapped latency, interleaved 1f1b, zb-h1, dualpipe, and any
+  schedule where a stage has a ``release_s``): a bounded
   simulation with a periodicity certificate (``pipeline_periodic``): 2p-4p micro-batches are
   simulated and extrapolated; when the steady state has not settled by then (two stage kinds
   with nearly the same cycle time), the missing steady periods are inserted as max-plus powers
@@ -69,6 +70,9 @@ class StageWork:
     # different stages takes the mean of their paired_s.
     paired_s: float | None = None
     count: int = 1  # how many consecutive stages are like this one
+    # the stage's first op starts no earlier than this (its parameters are still being gathered:
+    # under interleaving Megatron-Core dispatches every stage's all-gathers at the same time)
+    release_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ def pipeline_time(stages: Sequence[StageWork], micro_batches: int, schedule: str
     """
     works = _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p)
     m, ranges = micro_batches, _entry_ranges(stages)
-    if schedule == "gpipe" or (schedule == "1f1b" and virtual == 1 and (p2p_s == 0 or not overlap_p2p)):
+    closed = schedule == "gpipe" or (schedule == "1f1b" and virtual == 1 and (p2p_s == 0 or not overlap_p2p))
+    if closed and not any(w.release_s for w in works):
         finish = _closed_form(stages, m, schedule, p2p_s, overlap_p2p, [r.start for r in ranges])
         total = max(finish)
     else:
@@ -218,6 +223,8 @@ def _check_work(w: object, field: str) -> None:
         value = getattr(w, name)
         if not _is_number(value) or value < 0:
             raise MeshplanError(f"{field}.{name}", value, "a finite number of seconds >= 0")
+    if not _is_number(w.release_s) or w.release_s < 0:
+        raise MeshplanError(f"{field}.release_s", w.release_s, "a finite number of seconds >= 0")
     for name in ("first_forward_s", "paired_s"):
         value = getattr(w, name)
         if value is not None and (not _is_number(value) or value < 0):

@@ -3,8 +3,9 @@
 Every device role's forward and backward of one micro-batch is a task graph on a compute
 stream and one stream per network axis (meshplan.timeline.passes, scheduled and composed by
 meshplan.timeline.engine: MAD Max Sec. 4.3 generalized). The first micro-batch's forward (the
-distributed optimizer's parameter all-gather runs ahead of it) and the last one's backward (the
-gradient reduction runs beside it) are scheduled apart. The stages' pass times then go through
+distributed optimizer's parameter all-gather runs ahead of it; interleaved, the stage waits for
+it once before its first op instead) and the last one's backward (the gradient reduction runs
+beside it) are scheduled apart. The stages' pass times then go through
 the pipeline schedule (meshplan.timeline.pipeline_schedule); the optimizer step and whatever
 data-parallel communication is not overlapped follow.
 """
@@ -44,6 +45,7 @@ class RolePasses:
     input_backward: PassTime | None  # zero-bubble schedules: without the weight gradients
     weight_s: float  # zero-bubble schedules: the weight gradients
     paired: PassTime | None  # a forward and a backward of two micro-batches together
+    release_s: float = 0.0  # interleaved: the wait for the parameter all-gathers before the first op
 
 
 def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) -> dict[str, Pass]:
@@ -67,9 +69,10 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
     if forward_only:
         return out
     out["backward"] = backward_pass("b", layers, head, tail, dp, overlap, full, trains)
-    if plan.zero_stage in (1, 2) and overlap.param_gather and dp.param_share_s > 0:
+    if _gathers_ahead(costed) and plan.virtual_pipeline_stages == 1:
         # each model chunk's first bucket is gathered from the step's start; only the first
-        # stage has nothing to hide it behind (passes.first_forward_pass)
+        # stage has nothing to hide it behind (passes.first_forward_pass); interleaved:
+        # interleaved_param_wait
         v = plan.virtual_pipeline_stages
         bucket = grad_bucket_params(plan)
         waited = min(bucket, role.trainable_params / v) if role.stage == 0 else 0.0
@@ -83,11 +86,40 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
     return out
 
 
+def _gathers_ahead(costed: CostedProgram) -> bool:
+    """The distributed optimizer's parameter all-gather overlaps the next step's forward."""
+    plan = costed.program.scenario.plan
+    return plan.zero_stage in (1, 2) and Overlap.of(costed).param_gather and step_reduce_gather_s(costed.program)[1] > 0
+
+
+def interleaved_param_wait(gather_s: float, forward_s: float, stages: int, virtual: int) -> float:
+    """How long an interleaved stage waits for its parameters before its first forward, when the
+    all-gather of its ``virtual`` model chunks (``gather_s`` in all) runs ahead of the forwards.
+
+    Megatron-Core with an interleaved schedule (``align_param_gather``, on by default) dispatches
+    the whole all-gather of chunks 0 and 1 when the schedule starts, and that of chunk c + 1 when
+    chunk c's first micro-batch starts (offset by the stage's rank, so every stage dispatches at
+    the same moment; megatron/core/pipeline_parallel/schedules.py,
+    forward_step_helper_preprocess; distributed_data_parallel.py, start_param_sync). The
+    gathers run one after another on one stream, G = gather_s / virtual each, and chunk c + 1 is
+    needed p forwards of chunk c (F each) after chunk c: chunk c's gather ends at (c + 1)·G,
+    needed at wait + c·p·F, so the stage waits G + (virtual - 1)·max(0, G - p·F) at the start
+    and then never again. Every stage waits the same from the same moment, so the wait delays
+    the pipeline once, not once per stage along the warm-up."""
+    chunk = gather_s / virtual
+    return chunk + (virtual - 1) * max(0.0, chunk - stages * forward_s / virtual)
+
+
 def role_passes(costed: CostedProgram, index: int, compose: bool = True) -> RolePasses:
     """Schedule role ``index``'s passes; ``compose=False`` unrolls every layer (the reference)."""
     timed = {name: schedule_pass(p, compose) for name, p in pass_plans(costed, index).items()}
     input_backward = timed.get("input_backward")
     weight_s = max(timed["backward"].time_s - input_backward.time_s, 0.0) if input_backward else 0.0
+    plan = costed.program.scenario.plan
+    release_s = 0.0
+    if plan.virtual_pipeline_stages > 1 and _gathers_ahead(costed):
+        gather_s = step_reduce_gather_s(costed.program)[1]
+        release_s = interleaved_param_wait(gather_s, timed["forward"].time_s, plan.pp, plan.virtual_pipeline_stages)
     return RolePasses(
         forward=timed["forward"],
         first_forward=timed.get("first_forward", timed["forward"]),
@@ -96,6 +128,7 @@ def role_passes(costed: CostedProgram, index: int, compose: bool = True) -> Role
         input_backward=input_backward,
         weight_s=weight_s,
         paired=timed.get("paired"),
+        release_s=release_s,
     )
 
 
@@ -123,6 +156,7 @@ def _stage_work(r: RolePasses, stages: int, schedule: str, virtual: int) -> Stag
         last_backward_s=max((_handed_on(r) + (scale - 1.0) * b) / virtual, backward + weight),
         paired_s=r.paired.time_s / virtual if r.paired is not None and schedule == "dualpipe" else None,
         count=stages,
+        release_s=r.release_s,
     )
 
 
@@ -184,7 +218,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     r, times = passes[critical], costed.roles[critical]
     compute_s = m * (r.forward.compute_s + r.backward.compute_s)
     exposed = _exposed(r, m)
-    exposed["dp"] += blocking
+    exposed["dp"] += blocking + r.release_s
     if p2p_s and not overlap_p2p:
         exposed["pp"] += 2.0 * m * program.pp_sends_per_micro_batch * p2p_s
     busy = compute_s + sum(exposed.values()) - blocking

@@ -68,6 +68,9 @@ def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
         for tid, stream in enumerate(STREAMS):
             events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": stream}})
         plans = pass_plans(costed, index)
+        if passes[index].release_s:  # interleaved: the parameter all-gathers the first forward waits for
+            events.append(_event("all_gather: parameters, before the first forward", pid, tracks.tid(pid, "dp"), 0.0,
+                                 passes[index].release_s, {}))
         end = 0.0
         for op in schedule[stage]:
             label = {"F": "forward", "B": "backward", "W": "weight gradients", "FB": "forward+backward"}[op.kind]
