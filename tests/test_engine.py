@@ -155,6 +155,18 @@ def test_interleaved_parameter_gather_is_waited_for_once_not_per_stage():
     assert on.breakdown.exposed_comm_s["dp"] - wait == pytest.approx(off.breakdown.exposed_comm_s["dp"] - gather, abs=1e-9)
 
 
+@pytest.mark.parametrize("model, pp, virtual, dp", [("llama3-8b", 2, 2, 4), ("llama3-70b", 4, 2, 8), ("llama3-8b", 4, 4, 8)])
+def test_interleaved_parameter_gather_overlap_never_slows_a_step(model, pp, virtual, dp):
+    """Interleaved, the wait (one chunk's gather plus what later chunks fall behind) is at most
+    the whole all-gather, so overlapping it never loses, with pipeline stages too."""
+    plan = dict(num_devices=pp * dp, pp=pp, virtual_pipeline_stages=virtual, micro_batch_size=1,
+                global_batch_size=pp * dp * 2, zero_stage=1, framework="megatron-core")
+    slow = meshplan.estimate(model, "dgx-a100-80gb", **plan, overlap_param_gather=False)
+    fast = meshplan.estimate(model, "dgx-a100-80gb", **plan)
+    assert fast.step_time_s < slow.step_time_s
+    assert 0.0 < fast.breakdown.exposed_comm_s["dp"] <= slow.breakdown.exposed_comm_s["dp"]
+
+
 def test_expert_all_to_all_paired():
     """Attention 2 s (backward 4), expert 2 s (backward 4), 1 s dispatch and combine each.
     Alone: forward 2+1+2+1 = 6, backward 1+4+1+4 = 10, together 16. Paired (one layer):
