@@ -158,12 +158,11 @@ def forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half |
 def first_forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, dp: DataParallel,
                        overlap: Overlap, prestart_params: float, waited_params: float) -> Pass:
     """The first micro-batch's forward under the distributed optimizer (ZeRO 1-2). Megatron-Core
-    dispatches each model chunk's first bucket of the parameter all-gather when the step starts
-    (``zero_grad``) and the later buckets from the forward pre-hooks, one ahead
+    dispatches the first bucket of the parameter all-gather from the first forward pre-hook and
+    each later bucket from the pre-hook of the one before, one ahead
     (megatron/core/distributed/param_and_grad_buffer.py, finish_param_sync): the layers holding
     the first ``prestart_params`` of the role's parameters run as in any forward, after the role
-    waits for ``waited_params`` of them (the first stage starts with the step; later stages get
-    theirs during the pipeline's warm-up), and the rest gather one layer ahead."""
+    waits for ``waited_params`` of them, and the rest gather one layer ahead."""
     share = dp.param_share_s
     prefetched, chained, covered = [], [], 0.0
     for layer in layers:

@@ -70,13 +70,14 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
         return out
     out["backward"] = backward_pass("b", layers, head, tail, dp, overlap, full, trains)
     if _gathers_ahead(costed) and plan.virtual_pipeline_stages == 1:
-        # each model chunk's first bucket is gathered from the step's start; only the first
-        # stage has nothing to hide it behind (passes.first_forward_pass); interleaved:
+        # without interleaving Megatron-Core does not align the gathers across stages: each
+        # stage dispatches its first bucket from its first forward's pre-hook and waits for it
+        # there, then gathers one bucket ahead (distributed_data_parallel.py,
+        # _finish_param_sync_for_bucket_group; passes.first_forward_pass). Interleaved:
         # interleaved_param_wait
-        v = plan.virtual_pipeline_stages
         bucket = grad_bucket_params(plan)
-        waited = min(bucket, role.trainable_params / v) if role.stage == 0 else 0.0
-        out["first_forward"] = first_forward_pass("f0", layers, head, tail, dp, overlap, v * bucket, waited)
+        out["first_forward"] = first_forward_pass("f0", layers, head, tail, dp, overlap, bucket,
+                                                  min(bucket, role.trainable_params))
     if overlap.grad_reduce and dp.reduce_share_s > 0:
         out["last_backward"] = backward_pass("bl", layers, head, tail, dp, overlap, full, trains, last_micro_batch=True)
     if plan.schedule in ("zb-h1", "dualpipe"):
