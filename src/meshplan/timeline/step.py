@@ -69,7 +69,7 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
     if forward_only:
         return out
     out["backward"] = backward_pass("b", layers, head, tail, dp, overlap, full, trains)
-    if _gathers_ahead(costed) and plan.virtual_pipeline_stages == 1:
+    if plan.virtual_pipeline_stages == 1 and _gather_ahead_s(costed):
         # without interleaving Megatron-Core does not align the gathers across stages: each
         # stage dispatches its first bucket from its first forward's pre-hook and waits for it
         # there, then gathers one bucket ahead (distributed_data_parallel.py,
@@ -87,10 +87,13 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
     return out
 
 
-def _gathers_ahead(costed: CostedProgram) -> bool:
-    """The distributed optimizer's parameter all-gather overlaps the next step's forward."""
+def _gather_ahead_s(costed: CostedProgram) -> float:
+    """Seconds of the distributed optimizer's parameter all-gather that runs ahead of the
+    step's forward (0 when it does not overlap it)."""
     plan = costed.program.scenario.plan
-    return plan.zero_stage in (1, 2) and Overlap.of(costed).param_gather and step_reduce_gather_s(costed.program)[1] > 0
+    if plan.zero_stage not in (1, 2) or not Overlap.of(costed).param_gather:
+        return 0.0
+    return step_reduce_gather_s(costed.program)[1]
 
 
 def interleaved_param_wait(gather_s: float, forward_s: float, stages: int, virtual: int) -> float:
@@ -117,9 +120,9 @@ def role_passes(costed: CostedProgram, index: int, compose: bool = True) -> Role
     input_backward = timed.get("input_backward")
     weight_s = max(timed["backward"].time_s - input_backward.time_s, 0.0) if input_backward else 0.0
     plan = costed.program.scenario.plan
+    gather_s = _gather_ahead_s(costed) if plan.virtual_pipeline_stages > 1 else 0.0
     release_s = 0.0
-    if plan.virtual_pipeline_stages > 1 and _gathers_ahead(costed):
-        gather_s = step_reduce_gather_s(costed.program)[1]
+    if gather_s:
         release_s = interleaved_param_wait(gather_s, timed["forward"].time_s, plan.pp, plan.virtual_pipeline_stages)
     return RolePasses(
         forward=timed["forward"],
