@@ -62,6 +62,35 @@ def test_a_bad_case_is_reported_and_the_others_are_scored(tmp_path):
                                        "max_abs_error": abs(results[0].relative_error)}
 
 
+def test_a_null_option_is_the_same_as_leaving_it_out():
+    expected = run_case(GOOD, 0).predicted_step_time_s
+    for key in ("cp", "ep", "virtual_pipeline_stages", "zero_stage", "sequence_parallel"):
+        assert run_case(case(**{f"parallelism__{key}": None}), 0).predicted_step_time_s == expected, key
+    stated = run_case(case(parallelism__activation_recompute="none"), 0).predicted_step_time_s
+    assert run_case(case(parallelism__activation_recompute=None), 0).predicted_step_time_s == stated
+    assert run_case(case(precision=None), 0).predicted_step_time_s == run_case(case(precision="bf16"), 0).predicted_step_time_s
+
+
+def test_keywords_are_read_in_any_case():
+    expected = run_case(GOOD, 0).predicted_step_time_s
+    shouted = case(precision="FP16", model__arch="Dense", model__ffn_type="GeLU", hardware__cluster="DGX-A100-80GB",
+                   parallelism__activation_recompute="Full")
+    assert run_case(shouted, 0).predicted_step_time_s == expected
+
+
+@pytest.mark.parametrize("spelling", ["NeMo", "nemo", "Megatron-Core", "megatron_core", "mcore", "Megatron-Bridge"])
+def test_framework_spellings_pick_the_catalog_preset(spelling):
+    from meshplan.io.validation_cases import framework_name
+
+    assert framework_name(spelling) in ("nemo", "megatron-core")
+    assert framework_name("maxtext") is None and framework_name(None) is None
+
+
+def test_an_unknown_cluster_names_the_case_and_field():
+    error = run_case(case(hardware__cluster="dgx-h1000"), 0).error
+    assert error.startswith("sc21_1p7b.hardware.cluster: got 'dgx-h1000'") and "dgx-h100" in error
+
+
 def test_repeated_ids_are_reported(tmp_path):
     results = validate(write(tmp_path, [GOOD, GOOD]))
     assert results[0].error is None and "unique" in results[1].error

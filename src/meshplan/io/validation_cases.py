@@ -71,46 +71,75 @@ def _get(case: dict, path: str, where: str):
     return node
 
 
+#: other spellings of the catalog's framework names (SCHEMA.md's list is open-ended): Megatron-Bridge
+#: runs Megatron-Core (the megatron-core preset is read from its performance recipes); mcore is
+#: Megatron-Core's own short name; llmfoundry is llm-foundry's package name
+_FRAMEWORK_ALIASES = {"megatron-bridge": "megatron-core", "mcore": "megatron-core", "llmfoundry": "llm-foundry"}
+
+
+def _word(value):
+    """A keyword as the schema spells it: text stripped and lower-cased ("BF16", "SwiGLU"); other
+    values as given."""
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _option(section: dict, key: str, default):
+    """``section[key]``, or ``default`` where the key is absent or null (YAML's null is "not set":
+    ``virtual_pipeline_stages: null`` is Megatron's None, no interleaving)."""
+    value = section.get(key)
+    return default if value is None else value
+
+
+def framework_name(value) -> str | None:
+    """The catalog framework a case's ``framework`` names, or None (meshplan's own defaults)."""
+    if not isinstance(value, str):
+        return None
+    name = value.strip().lower().replace("_", "-").replace(" ", "-")
+    name = _FRAMEWORK_ALIASES.get(name, name)
+    return name if name in catalog.frameworks() else None
+
+
 def case_inputs(case: dict, where: str) -> dict:
     """Keyword arguments for ``meshplan.estimate`` from one dense or MoE case."""
     model = _get(case, "model", where)
-    model_data = {k: model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
+    model_data = {k: _word(model[k]) if k == "ffn_type" else model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
     model_data["id"] = str(case.get("id", "case"))
     model_data["name"] = str(model.get("name", ""))
-    if model.get("arch") == "moe":  # SCHEMA.md's moe block: experts, top_k, expert FFN, shared, leading dense
+    if _word(model.get("arch")) == "moe":  # SCHEMA.md's moe block: experts, top_k, expert FFN, shared, leading dense
         moe = dict(_get(case, "model.moe", where))
         model_data["arch"] = "moe"
         model_data["moe"] = {
             "num_experts": moe.get("num_experts"),
             "top_k": moe.get("top_k"),
             "expert_ffn_hidden_size": moe.get("expert_ffn_hidden_size"),
-            "shared_experts": moe.get("shared_experts", 0),
-            "first_dense_layers": moe.get("first_dense_layers", 0),
+            "shared_experts": _option(moe, "shared_experts", 0),
+            "first_dense_layers": _option(moe, "first_dense_layers", 0),
         }
     batch = _get(case, "batch", where)
     par = case.get("parallelism") or {}
     hardware = _get(case, "hardware", where)
     plan = {
-        "tp": par.get("tp", 1),
-        "pp": par.get("pp", 1),
-        "cp": par.get("cp", 1),
-        "ep": par.get("ep", 1),
-        "sequence_parallel": bool(par.get("sequence_parallel", False)),
-        "virtual_pipeline_stages": par.get("virtual_pipeline_stages", 1),
-        "zero_stage": par.get("zero_stage", 0),
-        "recompute": par.get("activation_recompute", "none"),
+        "tp": _option(par, "tp", 1),
+        "pp": _option(par, "pp", 1),
+        "cp": _option(par, "cp", 1),
+        "ep": _option(par, "ep", 1),
+        "sequence_parallel": bool(_option(par, "sequence_parallel", False)),
+        "virtual_pipeline_stages": _option(par, "virtual_pipeline_stages", 1),
+        "zero_stage": _option(par, "zero_stage", 0),
+        "recompute": _word(_option(par, "activation_recompute", "none")),
         "micro_batch_size": _get(case, "batch.micro_batch_size", where),
         "global_batch_size": _get(case, "batch.global_batch_sequences", where),
         "seq_len": batch.get("seq_len"),
-        "precision": case.get("precision", "bf16"),
+        "precision": _word(_option(case, "precision", "bf16")),
     }
     if par.get("dp") is not None:
         plan["dp"] = par["dp"]
-    if case.get("framework") in catalog.frameworks():  # its overlap defaults (SCHEMA.md); others run on meshplan's
-        plan["framework"] = case["framework"]
+    framework = framework_name(case.get("framework"))
+    if framework:  # its overlap defaults (SCHEMA.md); others run on meshplan's
+        plan["framework"] = framework
     return {
         "model": model_data,
-        "cluster": _get(case, "hardware.cluster", where),
+        "cluster": _word(_get(case, "hardware.cluster", where)),
         "num_devices": hardware.get("num_devices"),
         "plan": plan,
     }
@@ -135,10 +164,10 @@ def dlrm_case_inputs(case: dict, where: str) -> dict:
     if strategy:
         plan["strategy"] = strategy
     if case.get("precision"):
-        plan["precision"] = case["precision"]  # the MLPs' matmul precision (SCHEMA.md)
+        plan["precision"] = _word(case["precision"])  # the MLPs' matmul precision (SCHEMA.md)
     return {
         "model": model_data,
-        "cluster": _get(case, "hardware.cluster", where),
+        "cluster": _word(_get(case, "hardware.cluster", where)),
         "num_devices": _get(case, "hardware.num_devices", where),
         "plan": plan,
     }
@@ -195,7 +224,7 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None):
     model = _get(case, "model", case_id)
     if not isinstance(model, dict):
         raise MeshplanError(f"{case_id}.model", model, "a mapping of model fields (SCHEMA.md)")
-    arch = model.get("arch", "dense")
+    arch = _word(_option(model, "arch", "dense"))
     if arch not in ("dense", "moe", "dlrm"):
         raise MeshplanError(f"{case_id}.model.arch", arch, "one of dense, moe, dlrm")
     for section in ("hardware", "batch", "parallelism"):
@@ -214,10 +243,13 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None):
 
 def _cluster(case: dict, case_id: str):
     """The catalog cluster, its scale-up domain resized to ``hardware.devices_per_node`` if given."""
-    cluster_id = _get(case, "hardware.cluster", case_id)
+    cluster_id = _word(_get(case, "hardware.cluster", case_id))
     if not isinstance(cluster_id, str):
         raise MeshplanError(f"{case_id}.hardware.cluster", cluster_id, f"a cluster id: {', '.join(catalog.cluster_ids())}")
-    cluster = catalog.cluster(cluster_id)
+    try:
+        cluster = catalog.cluster(cluster_id)
+    except MeshplanError as err:
+        raise MeshplanError(f"{case_id}.hardware.cluster", cluster_id, err.valid, hint=err.hint) from None
     devices = case["hardware"].get("num_devices")
     if isinstance(devices, int) and not isinstance(devices, bool) and cluster.max_devices is not None and devices > cluster.max_devices:
         # a measured run shows the system was built that large: more of the same nodes and links
