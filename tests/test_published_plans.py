@@ -15,7 +15,9 @@ import pytest
 from meshplan import api, catalog
 from meshplan.errors import MeshplanError
 from meshplan.specs import Plan
-from meshplan.specs.scenario import EVEN_SPLIT, GIVEN_SPLIT, WEIGHTED_SPLIT, pipeline_layout
+from meshplan.specs.base import build
+from meshplan.specs.plan import parse_pipeline_layout
+from meshplan.specs.scenario import EVEN_SPLIT, GIVEN_SPLIT, LAYOUT_SPLIT, WEIGHTED_SPLIT, pipeline_layout
 
 HF = Path(__file__).parent / "fixtures" / "hf"
 
@@ -39,6 +41,70 @@ def test_uneven_split_as_torchtitan(layers, pp, vpp, chunks):
 def test_even_and_given_splits_are_unchanged():
     assert pipeline_layout(96, Plan(pp=16)) == ((6,) * 16, EVEN_SPLIT)
     assert pipeline_layout(61, Plan(pp=16, first_stage_layers=3, last_stage_layers=2)) == ((3,) + (4,) * 14 + (2,), GIVEN_SPLIT)
+
+
+#: Megatron-Bridge's Llama 3 70B H100 FP8 recipe (perf_recipes/llama/h100/llama3.py, commit 56ae11d,
+#: Aug 2026): pp 8 x vpp 5, one layer moved off the last rank (it holds the output layer and loss)
+LLAMA3_70B_LAYOUT = "Et*2|(t*2|)*34,t*3|(t*2|)*3,tL"
+
+
+def test_a_megatron_core_layout_places_every_chunk():
+    chunks = parse_pipeline_layout(LLAMA3_70B_LAYOUT)
+    assert len(chunks) == 40 and chunks[0] == "Ett" and chunks[35] == "ttt" and chunks[-1] == "tL"
+    layers, rule = pipeline_layout(80, Plan(pp=8, virtual_pipeline_stages=5, pipeline_layout=LLAMA3_70B_LAYOUT))
+    assert rule == LAYOUT_SPLIT and layers == (2,) * 35 + (3, 2, 2, 2, 1)
+    # chunk c runs on rank c mod 8: chunk 35 (three layers) on rank 3, chunk 39 (one) on rank 7
+    assert tuple(sum(layers[r::8]) for r in range(8)) == (10, 10, 10, 11, 10, 10, 10, 9)
+    assert parse_pipeline_layout("E(tt|)*2t, t|tL") == ("Ett", "tt", "tt", "tL")  # commas only for reading
+
+
+#: 40 chunks where rank 0 (chunks 0, 8, 16, 24, 32) holds only the embedding
+EMPTY_RANK_0 = "|".join(["E"] + ["" if c % 8 == 0 else "ttt" if c < 12 else "tt" for c in range(1, 39)] + ["ttL"])
+
+
+@pytest.mark.parametrize(
+    ("layout", "says"),
+    [
+        ("Et*2|(t*2|)*35,t*3|(t*2|)*3,tL", "41 model chunks"),
+        ("Et*2|(t*2|)*34,t*3|(t*2|)*3,ttL", "81 decoder layers"),
+        ("t*2E|(t*2|)*34,t*3|(t*2|)*3,tL", "embedding (E) once"),
+        ("Et*2|(t*2|)*34,t*3|(t*2|)*3,tLL", "loss (L) once"),
+        ("Et*2|(t*2|)*34,t*3|(t*2|)*3,tmL", "multi-token-prediction"),
+        ("Et*2|(t*2|)*34,t*3|(t*2|)*3,tX", "Megatron-Core's syntax"),
+        (EMPTY_RANK_0, "every pipeline rank needs a decoder layer"),
+        ("E(t*99999|)*99999L", "at most 100000 letters"),
+    ],
+)
+def test_a_bad_layout_says_what_is_wrong(layout, says):
+    with pytest.raises(MeshplanError) as err:
+        pipeline_layout(80, build(Plan, {"pp": 8, "virtual_pipeline_stages": 5, "pipeline_layout": layout}, "plan"))
+    assert err.value.field == "plan.pipeline_layout" and says in err.value.valid
+
+
+def test_a_layout_and_first_stage_layers_do_not_mix():
+    with pytest.raises(MeshplanError) as err:
+        pipeline_layout(80, Plan(pp=8, virtual_pipeline_stages=5, pipeline_layout=LLAMA3_70B_LAYOUT, first_stage_layers=9))
+    assert err.value.field == "plan.pipeline_layout" and "not both" in err.value.valid
+
+
+def test_a_layout_of_the_default_split_changes_nothing():
+    """Megatron-Bridge's DeepSeek-V3 layout without its MTP layer is the torchtitan-style split."""
+    plan = dict(tp=1, pp=8, virtual_pipeline_stages=4, ep=8, global_batch_size=512, seq_len=4096, precision="fp8")
+    default = api.estimate("deepseek-v3", "dgx-h100", num_devices=512, **plan)
+    given = api.estimate("deepseek-v3", "dgx-h100", num_devices=512, pipeline_layout="Et|(tt|)*30L", **plan)
+    assert given.stage_layers == default.stage_layers and given.pipeline_split == LAYOUT_SPLIT
+    assert given.step_time_s == pytest.approx(default.step_time_s, rel=1e-12)
+
+
+def test_moving_a_layer_off_the_output_rank_shortens_the_step():
+    """The last rank of an even split also runs the output layer and the loss, so it paces the
+    pipeline; the recipe's layout gives it one layer less (and rank 3 one more)."""
+    plan = dict(tp=4, pp=8, virtual_pipeline_stages=5, sequence_parallel=True, global_batch_size=128, seq_len=8192,
+                precision="fp8", framework="megatron-core")
+    even = api.estimate("llama3-70b", "dgx-h100", num_devices=64, **plan)
+    laid = api.estimate("llama3-70b", "dgx-h100", num_devices=64, pipeline_layout=LLAMA3_70B_LAYOUT, **plan)
+    assert laid.stage_layers == (10, 10, 10, 11, 10, 10, 10, 9)
+    assert laid.step_time_s < 0.95 * even.step_time_s
 
 
 def test_too_many_stages_say_why():

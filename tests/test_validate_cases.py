@@ -86,6 +86,17 @@ def test_framework_spellings_pick_the_catalog_preset(spelling):
     assert framework_name("maxtext") is None and framework_name(None) is None
 
 
+def test_a_case_may_carry_its_pipeline_layout():
+    staged = case(parallelism__pp=2, parallelism__dp=16, batch__global_batch_sequences=512)
+    even = run_case(staged, 0)
+    for key in ("pipeline_layout", "pipeline_model_parallel_layout"):
+        laid = run_case(case(parallelism__pp=2, parallelism__dp=16, batch__global_batch_sequences=512,
+                             **{f"parallelism__{key}": "Et*13|t*11L"}), 0)
+        assert laid.error is None and laid.predicted_step_time_s != even.predicted_step_time_s
+    bad = run_case(case(parallelism__pp=2, parallelism__dp=16, parallelism__pipeline_layout="Et*13|t*10L"), 0)
+    assert bad.error.startswith("sc21_1p7b.plan.pipeline_layout") and "23 decoder layers" in bad.error
+
+
 def test_an_unknown_cluster_names_the_case_and_field():
     error = run_case(case(hardware__cluster="dgx-h1000"), 0).error
     assert error.startswith("sc21_1p7b.hardware.cluster: got 'dgx-h1000'") and "dgx-h100" in error

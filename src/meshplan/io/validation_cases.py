@@ -134,6 +134,10 @@ def case_inputs(case: dict, where: str) -> dict:
     }
     if par.get("dp") is not None:
         plan["dp"] = par["dp"]
+    # an extra key (SCHEMA.md keeps them): the layout the run pinned, in Megatron-Core's syntax
+    layout = _option(par, "pipeline_layout", par.get("pipeline_model_parallel_layout"))
+    if layout is not None:
+        plan["pipeline_layout"] = layout
     framework = framework_name(case.get("framework"))
     if framework:  # its overlap defaults (SCHEMA.md); others run on meshplan's
         plan["framework"] = framework

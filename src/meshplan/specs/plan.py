@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -59,6 +60,9 @@ class Plan(Spec):
     # stages take these many layers and the rest split the remainder evenly
     first_stage_layers: Count | None = None
     last_stage_layers: Count | None = None
+    # every model chunk's layers, in Megatron-Core's --pipeline-model-parallel-layout syntax
+    # ("Et*2|(t*2|)*38,tL": E the embedding, t a decoder layer, L the loss; parse_pipeline_layout)
+    pipeline_layout: str | None = None
     schedule: Schedule = "1f1b"
     zero_stage: int = Field(default=0, ge=0, le=3)  # 3 is FSDP full shard
     # ZeRO/FSDP shard over groups of this many data-parallel ranks and replicate across the
@@ -117,6 +121,13 @@ class Plan(Spec):
                 data = {**preset, **data}
         return data
 
+    @field_validator("pipeline_layout", mode="before")
+    @classmethod
+    def _layout_parses(cls, value):
+        if value is not None:
+            parse_pipeline_layout(value)
+        return value
+
     @field_validator("collective_algorithm", mode="before")
     @classmethod
     def _known_algorithms(cls, value):
@@ -155,6 +166,41 @@ class Plan(Spec):
     @property
     def model_parallel(self) -> int:
         return self.tp * self.cp * self.pp
+
+
+#: what the layout's letters stand for (Megatron-Core PipelineParallelLayerLayout: E embedding,
+#: t decoder layer, m multi-token-prediction layer, L loss)
+LAYOUT_LETTERS = {"E": "the embedding", "t": "a decoder layer", "m": "a multi-token-prediction layer", "L": "the loss"}
+LAYOUT_MAX_LETTERS = 100_000  # far more layers and chunks than any model has; bounds what a typo expands to
+_LAYOUT_GROUP = re.compile(r"\(([^()]+)\)\*(\d+)")
+_LAYOUT_REPEAT = re.compile(r"(.)\*(\d+)")
+
+
+def parse_pipeline_layout(text: object) -> tuple[str, ...]:
+    """The model chunks of a layout string, in pipeline order, each as its letters.
+
+    Megatron-Core's syntax (megatron/core/transformer/pipeline_parallel_layer_layout.py,
+    parse_str_to_list): "|" ends a chunk, "(...)*n" repeats a group n times, "x*n" a letter,
+    commas are only for reading. "Et*2|(t*2|)*38,tL" is 40 chunks: the embedding and two layers,
+    38 chunks of two layers, one layer and the loss.
+    """
+    valid = ("a pipeline layout in Megatron-Core's syntax: E (embedding), t (decoder layer), L (loss), "
+             "'|' between model chunks, '(...)*n' and 't*n' to repeat; e.g. 'Et*2|(t*2|)*38,tL'")
+    if not isinstance(text, str) or not text.strip():
+        raise MeshplanError("plan.pipeline_layout", text, valid)
+    def repeat(group: re.Match) -> str:
+        if len(group.group(1)) * int(group.group(2)) > LAYOUT_MAX_LETTERS:
+            raise MeshplanError("plan.pipeline_layout", text, f"at most {LAYOUT_MAX_LETTERS} letters once repeats are expanded")
+        return group.group(1) * int(group.group(2))
+
+    flat = text.replace(",", "").replace(" ", "")
+    flat = _LAYOUT_REPEAT.sub(repeat, _LAYOUT_GROUP.sub(repeat, flat))
+    if len(flat) > LAYOUT_MAX_LETTERS:
+        raise MeshplanError("plan.pipeline_layout", text, f"at most {LAYOUT_MAX_LETTERS} letters once repeats are expanded")
+    chunks = tuple(flat.split("|"))
+    if any(c not in LAYOUT_LETTERS for c in flat.replace("|", "")):
+        raise MeshplanError("plan.pipeline_layout", text, valid)
+    return chunks
 
 
 def _algorithm_name(name: object) -> str | None:

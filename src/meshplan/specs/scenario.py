@@ -12,7 +12,7 @@ from meshplan.errors import MeshplanError
 from meshplan.specs.base import Count, from_validation_error
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.model import TransformerModel
-from meshplan.specs.plan import Plan, Task
+from meshplan.specs.plan import Plan, Task, parse_pipeline_layout
 
 
 def _expert_tp(p: Plan, dp: int) -> int:
@@ -46,6 +46,7 @@ def _expert_tp(p: Plan, dp: int) -> int:
 #: how the layers were split over pipeline stages, for the output
 EVEN_SPLIT = "even"
 GIVEN_SPLIT = "first/last stage layers as given"
+LAYOUT_SPLIT = "as the plan's pipeline_layout gives"
 WEIGHTED_SPLIT = (
     "uneven: the embedding and the loss count as a layer each, the earliest chunks take the remainder "
     "(torchtitan; Megatron-Core's account_for_embedding/loss_in_pipeline_split)"
@@ -231,6 +232,8 @@ def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bo
     Sec. 2.2.2). Three rules, as the frameworks split by default:
 
     - the layers divide pp x vpp: every chunk gets the same number (Megatron-Core);
+    - ``pipeline_layout`` given (Megatron-Core --pipeline-model-parallel-layout): each chunk
+      takes the decoder layers it lists (_given_layout);
     - ``first_stage_layers`` / ``last_stage_layers`` given (Megatron-LM
       --decoder-first/last-pipeline-num-layers): those stages take that many and the others
       split the rest evenly;
@@ -245,6 +248,11 @@ def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bo
     """
     pp, v = p.pp, p.virtual_pipeline_stages
     chunks = pp * v
+    if p.pipeline_layout is not None:
+        if p.first_stage_layers is not None or p.last_stage_layers is not None:
+            raise MeshplanError("plan.pipeline_layout", p.pipeline_layout,
+                                "a layout or first/last_stage_layers, not both: the layout already places every layer")
+        return _given_layout(num_layers, p, model_id, edges), LAYOUT_SPLIT
     if p.first_stage_layers is not None or p.last_stage_layers is not None:
         return _given_split(num_layers, p), GIVEN_SPLIT
     if num_layers % chunks == 0:
@@ -267,6 +275,35 @@ def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bo
             f"split as {ranks}",
         )
     return tuple(layers), WEIGHTED_SPLIT
+
+
+def _given_layout(num_layers: int, p: Plan, model_id: str, edges: bool) -> tuple[int, ...]:
+    """Decoder layers per chunk from ``plan.pipeline_layout``, checked as Megatron-Core checks it
+    (PipelineParallelLayerLayout.__init__ and validate_layer_layout): pp x virtual_pipeline_stages
+    chunks, the embedding first and the loss last, once each, and every decoder layer of the
+    model. meshplan also needs a decoder layer on every pipeline rank (a rank's work is its
+    layers) and does not model multi-token-prediction layers."""
+    chunks = parse_pipeline_layout(p.pipeline_layout)
+    field, layout = "plan.pipeline_layout", p.pipeline_layout
+    flat = "".join(chunks)
+    expected = p.pp * p.virtual_pipeline_stages
+    if len(chunks) != expected:
+        raise MeshplanError(field, layout, f"{len(chunks)} model chunks; the plan has pp ({p.pp}) x "
+                                           f"virtual_pipeline_stages ({p.virtual_pipeline_stages}) = {expected}")
+    if "m" in flat:
+        raise MeshplanError(field, layout, "multi-token-prediction layers (m) are not modelled; leave them out of the layout")
+    if not edges and ("E" in flat or "L" in flat):
+        raise MeshplanError(field, layout, f"{model_id} has no embedding or loss: list its layers as t only")
+    if edges and (flat.count("E") != 1 or flat.count("L") != 1 or flat[0] != "E" or flat[-1] != "L"):
+        raise MeshplanError(field, layout, "the embedding (E) once, first in the first chunk, and the loss (L) once, "
+                                           "last in the last chunk (Megatron-Core's rule)")
+    if flat.count("t") != num_layers:
+        raise MeshplanError(field, layout, f"{flat.count('t')} decoder layers (t); {model_id} has {num_layers}")
+    layers = tuple(c.count("t") for c in chunks)
+    ranks = [sum(layers[r::p.pp]) for r in range(p.pp)]
+    if min(ranks) < 1:
+        raise MeshplanError(field, layout, f"every pipeline rank needs a decoder layer; this layout gives the ranks {ranks}")
+    return layers
 
 
 def _given_split(num_layers: int, p: Plan) -> tuple[int, ...]:
