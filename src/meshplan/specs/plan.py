@@ -168,9 +168,9 @@ class Plan(Spec):
         return self.tp * self.cp * self.pp
 
 
-#: what the layout's letters stand for (Megatron-Core PipelineParallelLayerLayout: E embedding,
-#: t decoder layer, m multi-token-prediction layer, L loss)
-LAYOUT_LETTERS = {"E": "the embedding", "t": "a decoder layer", "m": "a multi-token-prediction layer", "L": "the loss"}
+#: the layout's letters (Megatron-Core PipelineParallelLayerLayout): E embedding, t decoder layer,
+#: m multi-token-prediction layer, L loss
+LAYOUT_LETTERS = "EtmL"
 LAYOUT_MAX_LETTERS = 100_000  # far more layers and chunks than any model has; bounds what a typo expands to
 _LAYOUT_GROUP = re.compile(r"\(([^()]+)\)\*(\d+)")
 _LAYOUT_REPEAT = re.compile(r"(.)\*(\d+)")
@@ -186,17 +186,19 @@ def parse_pipeline_layout(text: object) -> tuple[str, ...]:
     """
     valid = ("a pipeline layout in Megatron-Core's syntax: E (embedding), t (decoder layer), L (loss), "
              "'|' between model chunks, '(...)*n' and 't*n' to repeat; e.g. 'Et*2|(t*2|)*38,tL'")
+    too_long = f"at most {LAYOUT_MAX_LETTERS} letters once repeats are expanded"
     if not isinstance(text, str) or not text.strip():
         raise MeshplanError("plan.pipeline_layout", text, valid)
+
     def repeat(group: re.Match) -> str:
         if len(group.group(1)) * int(group.group(2)) > LAYOUT_MAX_LETTERS:
-            raise MeshplanError("plan.pipeline_layout", text, f"at most {LAYOUT_MAX_LETTERS} letters once repeats are expanded")
+            raise MeshplanError("plan.pipeline_layout", text, too_long)
         return group.group(1) * int(group.group(2))
 
     flat = text.replace(",", "").replace(" ", "")
     flat = _LAYOUT_REPEAT.sub(repeat, _LAYOUT_GROUP.sub(repeat, flat))
     if len(flat) > LAYOUT_MAX_LETTERS:
-        raise MeshplanError("plan.pipeline_layout", text, f"at most {LAYOUT_MAX_LETTERS} letters once repeats are expanded")
+        raise MeshplanError("plan.pipeline_layout", text, too_long)
     chunks = tuple(flat.split("|"))
     if any(c not in LAYOUT_LETTERS for c in flat.replace("|", "")):
         raise MeshplanError("plan.pipeline_layout", text, valid)

@@ -229,7 +229,7 @@ def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bo
     were split.
 
     Rank r holds chunks r, r + pp, r + 2pp, ... (interleaved 1F1B, Narayanan et al. SC21
-    Sec. 2.2.2). Three rules, as the frameworks split by default:
+    Sec. 2.2.2). Four rules, as the frameworks split:
 
     - the layers divide pp x vpp: every chunk gets the same number (Megatron-Core);
     - ``pipeline_layout`` given (Megatron-Core --pipeline-model-parallel-layout): each chunk
