@@ -3,7 +3,9 @@ toy pipelines, published bubble formulas, properties and input validation.
 
 The differential test draws 300 pipelines per schedule (fixed seeds): 1-12 stages whose first and
 last stages are 0-100% heavier than the middle ones (sometimes two middle kinds), 1-64
-micro-batches, 1-4 model chunks where interleaving applies, a random weight-gradient share,
+micro-batches, 1-4 model chunks where interleaving applies (in groups of pp, or of any group
+Megatron-Core accepts for a micro-batch count that need not be a multiple of pp), a random
+weight-gradient share,
 random first-forward / last-backward / paired times, some stages released late, p2p latency
 zero or up to 30% of a forward, overlapped or not. ``pipeline_time`` is exact in every case (closed form or certified periodic
 extrapolation, see pipeline_schedule), so totals, per-entry bubbles and finishes must agree with
@@ -18,17 +20,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from meshplan.errors import MeshplanError
+from meshplan.specs.plan import group_problem, interleave_group
 from meshplan.timeline.pipeline_schedule import StageWork, pipeline_time, pipeline_time_s, simulate, simulate_1f1b
 
 PROPERTY = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-KINDS = {"gpipe": ("gpipe", 1), "1f1b": ("1f1b", 1), "interleaved": ("1f1b", None), "zb-h1": ("zb-h1", 1), "dualpipe": ("dualpipe", 1)}
+KINDS = {"gpipe": ("gpipe", 1), "1f1b": ("1f1b", 1), "interleaved": ("1f1b", None), "grouped": ("1f1b", None),
+         "zb-h1": ("zb-h1", 1), "dualpipe": ("dualpipe", 1)}
 
 
-def random_pipeline(rng: np.random.Generator, kind: str) -> tuple[list[StageWork], int, str, int, float, bool]:
-    """(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p) for one random case."""
+def random_pipeline(rng: np.random.Generator, kind: str) -> tuple[list[StageWork], int, str, int, float, bool, int | None]:
+    """(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p, group) for one random case."""
     schedule, virtual = KINDS[kind]
     p = 2 * int(rng.integers(1, 7)) if schedule == "dualpipe" else int(rng.integers(1, 13))
-    if virtual is None:
+    group = None
+    if kind == "grouped":
+        virtual = int(rng.integers(2, 4))
+        m = int(rng.integers(p, 65))
+        group = int(rng.choice([g for g in range(p, m + 1) if group_problem(p, m, g) is None]))
+    elif virtual is None:
         virtual = int(rng.integers(2, 5))
         m = p * int(rng.integers(1, 64 // p + 1))
     elif schedule == "dualpipe":
@@ -62,12 +71,12 @@ def random_pipeline(rng: np.random.Generator, kind: str) -> tuple[list[StageWork
     else:
         stages = [work(first, 1), work(1.0, p - 2), work(last, 1)]
     p2p = 0.0 if rng.random() < 0.3 else rng.uniform(0.0, 0.3) * forward
-    return stages, m, schedule, virtual, p2p, bool(rng.integers(2))
+    return stages, m, schedule, virtual, p2p, bool(rng.integers(2)), group
 
 
-def reference(stages, m, schedule, virtual, p2p_s, overlap_p2p) -> tuple[float, list[float], list[float]]:
+def reference(stages, m, schedule, virtual, p2p_s, overlap_p2p, group=None) -> tuple[float, list[float], list[float]]:
     """(total, bubble per entry, finish per entry) read off the unrolled simulation."""
-    timeline = simulate(stages, m, schedule, virtual, p2p_s, overlap_p2p)
+    timeline = simulate(stages, m, schedule, virtual, p2p_s, overlap_p2p, group)
     total = max(op.end_s for ops in timeline for op in ops)
     bubble, finish, start = [], [], 0
     for w in stages:
@@ -145,6 +154,40 @@ def test_interleaving_divides_the_bubble_by_v(p, v, m):
     result = pipeline_time([StageWork(f / v, b / v, count=p)], m, "1f1b", virtual=v)
     assert result.bubble_s == pytest.approx(((p - 1) * (f + b) / v,))
     assert result.total_s == pytest.approx(m * (f + b) + (p - 1) * (f + b) / v)
+
+
+def test_groups_follow_megatron_cores_schedule_table():
+    """Megatron-Core's own example (model_parallel_config.py, microbatch_group_size_per_vp_stage):
+    PP=2 VP=2 with groups of 3 and 5 micro-batches runs forwards 0 1 2 0 1 2 3 4 3 4 (chunk 0 for
+    the first three, chunk 1 for them, then the last group of two through both chunks)."""
+    forwards = [op for op in simulate([StageWork(1.0, 2.0, count=2)], 5, "1f1b", 2, group=3)[0] if op.kind == "F"]
+    assert [op.micro_batch for op in forwards] == [0, 1, 2, 0, 1, 2, 3, 4, 3, 4]
+    assert [op.chunk for op in forwards] == [0, 0, 0, 1, 1, 1, 0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("p,v,m,group", [(4, 2, 24, 6), (4, 2, 22, 6), (4, 3, 10, 5), (8, 2, 20, 10), (4, 2, 6, 6)])
+def test_any_accepted_group_keeps_the_interleaved_bubble(p, v, m, group):
+    """Uniform stages, no p2p latency: whatever the group, each stage idles (p-1) chunk
+    forwards-and-backwards, the bubble of Narayanan et al. SC21 Sec. 2.2.2 (a larger group only
+    keeps more micro-batches in flight)."""
+    f, b = 1.0, 2.0
+    result = pipeline_time([StageWork(f / v, b / v, count=p)], m, "1f1b", virtual=v, group=group)
+    assert result.bubble_s == pytest.approx(((p - 1) * (f + b) / v,))
+    assert result.total_s == pytest.approx(m * (f + b) + (p - 1) * (f + b) / v)
+
+
+def test_the_default_group_is_pytorchs_round_where_pytorch_runs():
+    """interleave_group: pp when it divides m, else the smallest group Megatron-Core accepts; that
+    is PyTorch's ScheduleInterleaved1F1B round, m // (m // p), for every m it accepts."""
+    assert interleave_group(4, 16) == 4
+    assert interleave_group(4, 10) == 5  # groups of 4 would leave 2 < pp
+    assert interleave_group(4, 9) == 5  # 5 + 4: the last group holds pp
+    assert interleave_group(8, 12) == 12
+    for p in range(2, 13):
+        for m in range(p, 200):
+            rounds = m // p
+            if m % rounds == 0:
+                assert interleave_group(p, m) == m // rounds, (p, m)
 
 
 @pytest.mark.parametrize("f,b,w", [(1.0, 1.0, 1.0), (1.0, 2.0, 0.5), (2.0, 1.0, 0.5), (1.0, 1.0, 0.2)])
@@ -275,7 +318,12 @@ def test_overlapping_p2p_is_never_slower(pipeline, schedule):
     (dict(schedule="zb-h1", virtual=2), "plan.virtual_pipeline_stages"),
     (dict(schedule="dualpipe", virtual=2), "plan.virtual_pipeline_stages"),
     (dict(virtual=0), "plan.virtual_pipeline_stages"),
-    (dict(virtual=2, micro_batches=6), "pipeline.micro_batches"),  # not a multiple of p = 4
+    (dict(virtual=2, micro_batches=6), "pipeline.micro_batches"),  # groups of p = 4 leave 2
+    (dict(virtual=2, micro_batches=3, group=4), "pipeline.micro_batches"),  # fewer than p
+    (dict(virtual=2, micro_batches=10, group=3), "plan.microbatch_group_size"),  # below p
+    (dict(virtual=2, micro_batches=10, group=12), "plan.microbatch_group_size"),  # above m
+    (dict(virtual=2, micro_batches=10, group=7), "plan.microbatch_group_size"),  # leaves 3 < p
+    (dict(virtual=2, micro_batches=10, group=5.0), "plan.microbatch_group_size"),
     (dict(micro_batches=0), "pipeline.micro_batches"),
     (dict(micro_batches=2.5), "pipeline.micro_batches"),
     (dict(schedule="dualpipe", micro_batches=6), "pipeline.micro_batches"),  # < 2p

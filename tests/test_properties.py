@@ -81,8 +81,9 @@ def plans(draw, model: TransformerModel) -> dict:
     vpp = draw(st.sampled_from([v for v in (1, 2, 4) if v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0)]))
     dp = draw(st.sampled_from([1, 2, 4, 8]))
     micro_batch = draw(st.sampled_from([1, 2, 4]))
-    # interleaved 1F1B needs the micro-batch count to be a multiple of pp
-    micro_batches = draw(st.sampled_from([1, 2, 4, 8])) * (pp if vpp > 1 else 1)
+    # interleaved 1F1B needs at least pp micro-batches (a count that is not a multiple of pp runs
+    # in larger groups, plan.microbatch_group_size)
+    micro_batches = draw(st.integers(pp, 4 * pp)) if vpp > 1 else draw(st.sampled_from([1, 2, 4, 8]))
     return {
         "tp": tp,
         "pp": pp,

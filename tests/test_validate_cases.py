@@ -97,6 +97,18 @@ def test_a_case_may_carry_its_pipeline_layout():
     assert bad.error.startswith("sc21_1p7b.plan.pipeline_layout") and "23 decoder layers" in bad.error
 
 
+def test_an_interleaved_case_need_not_have_a_multiple_of_pp_micro_batches():
+    """10 micro-batches over pp 4: scored in groups of 5 (the smallest group Megatron-Core
+    accepts), or in the group the case gives under Megatron-Core's name."""
+    odd = dict(parallelism__pp=4, parallelism__dp=8, parallelism__virtual_pipeline_stages=2,
+               batch__global_batch_sequences=1280)
+    auto = run_case(case(**odd), 0)
+    given = run_case(case(**odd, parallelism__microbatch_group_size_per_vp_stage=10), 0)
+    assert auto.error is None and given.error is None and given.predicted_step_time_s > 0
+    bad = run_case(case(**odd, parallelism__microbatch_group_size_per_vp_stage=7), 0)
+    assert bad.error.startswith("sc21_1p7b.plan.microbatch_group_size") and "leave 3" in bad.error
+
+
 def test_an_unknown_cluster_names_the_case_and_field():
     error = run_case(case(hardware__cluster="dgx-h1000"), 0).error
     assert error.startswith("sc21_1p7b.hardware.cluster: got 'dgx-h1000'") and "dgx-h100" in error

@@ -10,9 +10,11 @@ from meshplan.units import format_bytes, format_devices, format_energy, format_s
 
 def estimate_table(e: Estimate) -> Table:
     p = e.plan
+    group = p.get("microbatch_group_size")
+    vpp = f"{p['virtual_pipeline_stages']}" + (f" (groups of {group})" if group and group != p["pp"] else "")
     title = (
         f"{e.model_id} on {format_devices(e.num_devices, e.cluster_id)}  "
-        f"tp={p['tp']} pp={p['pp']} dp={p['dp']} cp={p['cp']} ep={p['ep']} vpp={p['virtual_pipeline_stages']} "
+        f"tp={p['tp']} pp={p['pp']} dp={p['dp']} cp={p['cp']} ep={p['ep']} vpp={vpp} "
         f"mb={p['micro_batch_size']} gb={p['global_batch_size']} seq={p['seq_len']} "
         f"zero={p['zero_stage']} recompute={p['recompute']} {p['precision']}"
     )

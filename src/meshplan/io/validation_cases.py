@@ -138,6 +138,9 @@ def case_inputs(case: dict, where: str) -> dict:
     layout = _option(par, "pipeline_layout", par.get("pipeline_model_parallel_layout"))
     if layout is not None:
         plan["pipeline_layout"] = layout
+    group = _option(par, "microbatch_group_size", par.get("microbatch_group_size_per_vp_stage"))
+    if group is not None:  # and the interleaved group it ran (Megatron-Core's name too)
+        plan["microbatch_group_size"] = group
     framework = framework_name(case.get("framework"))
     if framework:  # its overlap defaults (SCHEMA.md); others run on meshplan's
         plan["framework"] = framework

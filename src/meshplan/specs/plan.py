@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import re
 from typing import Literal
 
@@ -56,6 +57,11 @@ class Plan(Spec):
     global_batch_size: Count | None = None  # sequences per step; None: micro_batch_size * dp
     seq_len: Count | None = None  # None: the model's seq_len
     virtual_pipeline_stages: Count = 1  # interleaved 1F1B model chunks per device
+    # interleaved 1F1B: micro-batches that go through one model chunk in a row before the next
+    # (Megatron-Core --microbatch-group-size-per-virtual-pipeline-stage); None: pp, or where the
+    # micro-batch count is not a multiple of pp the smallest group Megatron-Core accepts
+    # (interleave_group)
+    microbatch_group_size: Count | None = None
     # uneven pipelines (Megatron-LM --decoder-first/last-pipeline-num-layers): the first and last
     # stages take these many layers and the rest split the remainder evenly
     first_stage_layers: Count | None = None
@@ -356,3 +362,27 @@ _TASK_FIELD_KINDS = {
     "prompt_len": ("inference",),
     "output_len": ("inference",),
 }
+
+
+def group_problem(p: int, m: int, group: object) -> tuple[str, object, str] | None:
+    """(field, value, what is valid) when interleaved 1F1B cannot run m micro-batches over p stages
+    in groups of ``group``, as Megatron-Core checks it (forward_backward_pipelining_with_interleaving):
+    p <= group <= m, and the last group (m mod group) empty or at least p, or the pipeline stalls."""
+    if isinstance(group, bool) or not isinstance(group, numbers.Integral) or group < p:
+        return "plan.microbatch_group_size", group, f"a whole number >= pp ({p})"
+    if m < p:
+        return "pipeline.micro_batches", m, f"interleaved 1F1B needs at least pp = {p} micro-batches"
+    if group > m:
+        return "plan.microbatch_group_size", group, f"at most the {m} micro-batches"
+    if 0 < m % group < p:
+        return ("plan.microbatch_group_size", group, f"{m} micro-batches in groups of {group} leave {m % group}; "
+                f"the last group must be empty or hold at least pp = {p} (as Megatron-Core requires)")
+    return None
+
+
+def interleave_group(p: int, m: int) -> int:
+    """Megatron-Core's default group, pp (microbatch_group_size_per_vp_stage = None), when it can
+    run m micro-batches; else the smallest one it accepts. PyTorch's ScheduleInterleaved1F1B
+    (torch/distributed/pipelining/schedules.py) runs rounds of m // (m // p) micro-batches and
+    accepts m only when they divide it: that is this same group (tests)."""
+    return next((g for g in range(p, max(m, p) + 1) if group_problem(p, m, g) is None), p)

@@ -12,7 +12,7 @@ from meshplan.errors import MeshplanError
 from meshplan.specs.base import Count, from_validation_error
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.model import TransformerModel
-from meshplan.specs.plan import Plan, Task, parse_pipeline_layout
+from meshplan.specs.plan import Plan, Task, group_problem, interleave_group, parse_pipeline_layout
 
 
 def _expert_tp(p: Plan, dp: int) -> int:
@@ -188,18 +188,22 @@ def make_scenario(
             f"must be a multiple of micro_batch_size*dp = {p.micro_batch_size}*{dp} = {p.micro_batch_size * dp}",
         )
     micro_batches = global_batch // (p.micro_batch_size * dp)
-    if p.virtual_pipeline_stages > 1 and micro_batches % p.pp:
-        raise MeshplanError(
-            "plan.global_batch_size",
-            global_batch,
-            f"interleaved 1F1B needs the number of micro-batches ({micro_batches}) to be a multiple of pp ({p.pp})",
-        )
+    group = None
+    if p.virtual_pipeline_stages > 1:
+        if micro_batches < p.pp:
+            raise MeshplanError("plan.global_batch_size", global_batch, f"interleaved 1F1B needs at least pp ({p.pp}) "
+                                f"micro-batches; this plan has {micro_batches}")
+        group = p.microbatch_group_size or interleave_group(p.pp, micro_batches)
+        problem = group_problem(p.pp, micro_batches, group)
+        if problem:
+            raise MeshplanError(*problem)
     if p.schedule == "dualpipe" and (p.pp % 2 or micro_batches % 2 or micro_batches < 2 * p.pp):
         # deepseek-ai/DualPipe: two directions over an even number of stages, fed from both ends
         field, value = ("plan.pp", p.pp) if p.pp % 2 else ("plan.global_batch_size", global_batch)
         raise MeshplanError(field, value, f"DualPipe needs an even pp and an even number of micro-batches of at least "
                                           f"2 x pp ({2 * p.pp}); this plan has pp {p.pp} and {micro_batches} micro-batches")
-    plan = p.model_copy(update={"dp": dp, "global_batch_size": global_batch, "seq_len": seq_len, "expert_tp": expert_tp})
+    plan = p.model_copy(update={"dp": dp, "global_batch_size": global_batch, "seq_len": seq_len, "expert_tp": expert_tp,
+                                "microbatch_group_size": group})
     return Scenario(model=m, cluster=cluster, plan=plan, num_devices=num_devices, task=task or Task(),
                     chunk_layers=chunk_layers, pipeline_split=split)
 

@@ -36,12 +36,13 @@ class Op(NamedTuple):
     backward_micro_batch: int = -1
 
 
-def stage_orders(schedule: str, p: int, m: int, v: int = 1) -> list[list[tuple]]:
-    """Per stage, the op keys in execution order (inputs assumed valid, see ``pipeline_schedule``)."""
+def stage_orders(schedule: str, p: int, m: int, v: int = 1, group: int | None = None) -> list[list[tuple]]:
+    """Per stage, the op keys in execution order (inputs assumed valid, see ``pipeline_schedule``);
+    ``group``: interleaved 1F1B's micro-batches per model chunk in a row (None: p)."""
     if schedule == "gpipe":
         return [[("F", i, s) for i in range(m)] + [("B", i, s) for i in range(m)] for s in range(p)]
     if schedule == "1f1b" and v > 1:
-        return [_interleaved(p, m, v, s) for s in range(p)]
+        return [_interleaved(p, m, v, s, group or p) for s in range(p)]
     if schedule == "1f1b":
         return [_one_f_one_b(p, m, s, split=False) for s in range(p)]
     if schedule == "zb-h1":
@@ -69,23 +70,30 @@ def _one_f_one_b(p: int, m: int, s: int, split: bool) -> list[tuple]:
     return order
 
 
-def _interleaved(p: int, m: int, v: int, s: int) -> list[tuple]:
-    """Interleaved 1F1B (Narayanan et al. SC21 Sec. 2.2.2, Megatron-LM's
-    forward_backward_pipelining_with_interleaving): virtual step k runs micro-batch
-    (k // pv)·p + k % p on chunk (k // p) % v forward, v - 1 - (k // p) % v backward; stage s warms
-    up with 2(p-1-s) + (v-1)p forwards, all of them when m == p."""
+def _interleaved(p: int, m: int, v: int, s: int, group: int) -> list[tuple]:
+    """Interleaved 1F1B (Narayanan et al. SC21 Sec. 2.2.2), in the order of Megatron-Core's
+    forward_backward_pipelining_with_interleaving (schedules.py, get_schedule_table and
+    get_pp_rank_microbatches; NVIDIA/Megatron-LM at d98e8a64): micro-batches go in groups of
+    ``group`` (microbatch_group_size_per_vp_stage, p by default), each group through chunk 0, then
+    chunk 1, ..., the last group holding what is left; virtual step k runs the k-th (micro-batch,
+    chunk) of that table forward, and backward on chunk v - 1 - chunk. Stage s warms up with
+    2(p-1-s) + (v-1)·group forwards, capped at m·v; when m == p == group every stage warms up with
+    all of them, as Megatron-LM did until its tunable schedule (commit 4295be1a6c, Nov 2024)."""
+    table = []
+    for start in range(0, m, group):
+        end = m if start + group >= m else start + group
+        table += [(mb, chunk) for chunk in range(v) for mb in range(start, end)]
     total = m * v
 
-    def micro_batch(k: int) -> int:
-        return (k // (p * v)) * p + k % p
-
     def forward(k: int) -> tuple:
-        return ("F", micro_batch(k), (k // p) % v * p + s)
+        mb, chunk = table[k]
+        return ("F", mb, chunk * p + s)
 
     def backward(k: int) -> tuple:
-        return ("B", micro_batch(k), (v - 1 - (k // p) % v) * p + s)
+        mb, chunk = table[k]
+        return ("B", mb, (v - 1 - chunk) * p + s)
 
-    warm = total if m == p else min(2 * (p - 1 - s) + (v - 1) * p, total)
+    warm = total if m == p == group else min(2 * (p - 1 - s) + (v - 1) * group, total)
     order = [forward(k) for k in range(warm)]
     for k in range(total - warm):
         order += [forward(warm + k), backward(k)]
@@ -167,14 +175,15 @@ def device_of(schedule: str, p: int, m: int, position: int, micro_batch: int) ->
     return position % p
 
 
-def simulate_orders(works: Sequence, schedule: str, m: int, v: int, p2p_s: float, overlap_p2p: bool) -> list[list[Op]]:
+def simulate_orders(works: Sequence, schedule: str, m: int, v: int, p2p_s: float, overlap_p2p: bool,
+                    group: int | None = None) -> list[list[Op]]:
     """Run every stage's order; ``works`` is one StageWork per stage (counts expanded).
 
     An op's input arrives p2p_s after the producing op on a neighbouring stage ends; without
     overlap the sender also stays blocked for p2p_s after an op whose output leaves the stage."""
     p = len(works)
     depth = p * v
-    orders = stage_orders(schedule, p, m, v)
+    orders = stage_orders(schedule, p, m, v, group)
     split_dirs = (0, m // 2) if schedule == "dualpipe" else (0,)
     first = {d: d for d in split_dirs}
     last = {d: (split_dirs[i + 1] if i + 1 < len(split_dirs) else m) - 1 for i, d in enumerate(split_dirs)}

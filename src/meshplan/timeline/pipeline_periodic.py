@@ -69,9 +69,9 @@ class Compiled:
 
 
 @lru_cache(maxsize=64)  # ~70 bytes per op: interleaved 1F1B at p=64, v=4 (130k ops) is ~9 MB
-def compile_schedule(schedule: str, p: int, m: int, v: int) -> Compiled:
+def compile_schedule(schedule: str, p: int, m: int, v: int, group: int | None = None) -> Compiled:
     """Build the dependency graph once; durations and p2p come per call."""
-    orders = stage_orders(schedule, p, m, v)
+    orders = stage_orders(schedule, p, m, v, group)
     depth = p * v
     dual = schedule == "dualpipe"
 
@@ -241,18 +241,18 @@ def _forward_index(key: tuple) -> int | None:
 
 
 @lru_cache(maxsize=256)
-def structure(schedule: str, p: int, v: int, m1: int, step: int) -> tuple[np.ndarray, ...] | None:
+def structure(schedule: str, p: int, v: int, m1: int, step: int, group: int | None = None) -> tuple[np.ndarray, ...] | None:
     """(frontier ops at C, their counterparts at C', cut C, cut C') for a cut pair ``step``
     micro-batches apart in the run of m1 micro-batches, or None when no such cut pair is valid
     (see module docstring)."""
-    c = compile_schedule(schedule, p, m1, v)
+    c = compile_schedule(schedule, p, m1, v, group)
     units = 2 if schedule == "dualpipe" else 1
     r = step * units
     rel_a = _relative(schedule, m1)
-    long_orders = [[_relative(schedule, m1 + r)(k) for k in o] for o in stage_orders(schedule, p, m1 + r, v)]
-    orders = [[rel_a(k) for k in o] for o in stage_orders(schedule, p, m1, v)]
+    long_orders = [[_relative(schedule, m1 + r)(k) for k in o] for o in stage_orders(schedule, p, m1 + r, v, group)]
+    orders = [[rel_a(k) for k in o] for o in stage_orders(schedule, p, m1, v, group)]
     per_direction = m1 // units
-    unit = p if (schedule == "1f1b" and v > 1) else 1
+    unit = _unit(schedule, p, v, group)
     for i in range((per_direction - step) // unit * unit, 0, -unit)[:4]:
         cut_a, cut_b = _cut(orders, i), _cut(orders, i + step)
         if cut_a is None or cut_b is None:
@@ -300,29 +300,38 @@ def _frontier(c: Compiled, cut: np.ndarray) -> np.ndarray | None:
     return np.flatnonzero(needed & early)
 
 
-def _valid_count(schedule: str, p: int, v: int, m: int) -> int:
-    """The smallest micro-batch count >= m the schedule accepts."""
+def _unit(schedule: str, p: int, v: int, group: int | None) -> int:
+    """Micro-batches per period of the steady pattern, per direction: interleaved 1F1B's group."""
+    return (group or p) if (schedule == "1f1b" and v > 1) else 1
+
+
+def _valid_count(schedule: str, p: int, v: int, m: int, target: int, group: int | None) -> int:
+    """The smallest micro-batch count >= m the schedule accepts that ends the way ``target``
+    micro-batches do: interleaved 1F1B's last group as long as target's."""
     if schedule == "dualpipe":
         return max(2 * p, m + (m % 2))
     if schedule == "1f1b" and v > 1:
-        return -(-m // p) * p
+        g = group or p
+        tail = target % g
+        return max(m - tail + g - 1, 0) // g * g + tail
     return m
 
 
-def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_p2p: bool) -> np.ndarray:
+def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_p2p: bool,
+                    group: int | None = None) -> np.ndarray:
     """Per stage, the end of its last op for m micro-batches, exactly (module docstring)."""
     p = len(works)
     table = duration_table(works)
     release = np.array([float(w.release_s) for w in works]) if any(w.release_s for w in works) else None
-    unit = p if (schedule == "1f1b" and v > 1) else 1  # steady pattern period, per direction
+    unit = _unit(schedule, p, v, group)  # steady pattern period, per direction
     units = 2 if schedule == "dualpipe" else 1
     # where a certificate usually exists already (measured): 1F1B 2p, ZB-H1 3p, interleaved and
     # DualPipe 4p micro-batches
-    start = {"zb-h1": 3 * p + 2, "dualpipe": 4 * p}.get(schedule, 4 * p if unit > 1 else 2 * p + 2)
-    m1 = _valid_count(schedule, p, v, start)
-    while m1 < m and structure(schedule, p, v, m1, unit) is None:  # too short for a cut pair
-        m1 = _valid_count(schedule, p, v, 2 * m1)
-    c = compile_schedule(schedule, p, min(m1, m), v)
+    start = {"zb-h1": 3 * p + 2, "dualpipe": 4 * p}.get(schedule, 4 * unit if unit > 1 else 2 * p + 2)
+    m1 = _valid_count(schedule, p, v, start, m, group)
+    while m1 < m and structure(schedule, p, v, m1, unit, group) is None:  # too short for a cut pair
+        m1 = _valid_count(schedule, p, v, 2 * m1, m, group)
+    c = compile_schedule(schedule, p, min(m1, m), v, group)
     end = run(c, table, p2p_s, overlap_p2p, release)
     if m1 >= m:
         return end[c.last_of_stage]
@@ -330,7 +339,7 @@ def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_
     for step in range(unit, max(2 * p, 2 * unit) + 1, unit):
         if step * units * 3 > m1:
             break
-        cert = structure(schedule, p, v, m1, step)
+        cert = structure(schedule, p, v, m1, step, group)
         if cert is None:
             continue
         gaps = end[cert[1]] - end[cert[0]]
@@ -339,10 +348,11 @@ def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_
         r = step * units
         m2 = m1 + (m - m1) % r
         if m2 != m1:
-            c = compile_schedule(schedule, p, m2, v)
+            c = compile_schedule(schedule, p, m2, v, group)
             end = run(c, table, p2p_s, overlap_p2p, release)
         return end[c.last_of_stage] + (m - m2) // r * float(gaps.mean())
-    return _matrix_power_finish(c, table, p2p_s, overlap_p2p, end, structure(schedule, p, v, m1, unit), (m - m1) // (unit * units))
+    return _matrix_power_finish(c, table, p2p_s, overlap_p2p, end, structure(schedule, p, v, m1, unit, group),
+                                (m - m1) // (unit * units))
 
 
 def _matrix_power_finish(c: Compiled, table, p2p_s, overlap_p2p, end, cut_pair, periods: int) -> np.ndarray:

@@ -5,7 +5,9 @@ Schedules (``schedule``):
 - "gpipe": all forwards, then all backwards (Huang et al. 2019).
 - "1f1b": PipeDream-Flush / Megatron non-interleaved 1F1B (Narayanan et al. SC21, Sec. 2.2.1);
   with ``virtual`` > 1 the interleaved 1F1B of Sec. 2.2.2: each stage holds ``virtual`` model
-  chunks, ``stages`` describes one chunk per stage and chunk c of stage s is model chunk c·p + s.
+  chunks, ``stages`` describes one chunk per stage and chunk c of stage s is model chunk c·p + s;
+  micro-batches go through a chunk in groups of ``group`` (Megatron-Core's
+  microbatch_group_size_per_vp_stage, p by default), so m need not be a multiple of p.
 - "zb-h1": ZB-H1 of Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Sec. 2.1: 1F1B's
   peak memory, the backward split into B (input gradient) and W (weight gradient), W deferred to
   fill the bubbles; bubble (p-1)(F+B-W) for uniform stages with W <= F, B.
@@ -22,11 +24,12 @@ exactly (to rounding) without unrolling all micro-batches:
   benchmarks/bench_pipeline.py).
 - everything else (1f1b with overlapped latency, interleaved 1f1b, zb-h1, dualpipe, and any
   schedule where a stage has a ``release_s``): a bounded
-  simulation with a periodicity certificate (``pipeline_periodic``): 2p-4p micro-batches are
-  simulated and extrapolated; when the steady state has not settled by then (two stage kinds
+  simulation with a periodicity certificate (``pipeline_periodic``): 2p-4p micro-batches (four
+  groups where interleaved) are simulated and extrapolated; when the steady state has not settled by then (two stage kinds
   with nearly the same cycle time), the missing steady periods are inserted as max-plus powers
   of a small matrix. The cost grows with p² (p²·v interleaved; about 0.3-6 ms at p = 16, 3-25 ms
-  at p = 64), not with m (beyond log2(m) matrix products in the unsettled case).
+  at p = 64; p·group·v for an interleaved group larger than p), not with m (beyond log2(m)
+  matrix products in the unsettled case).
 
 p2p_s is one activation or gradient send between neighbouring stages. With overlap_p2p the send
 runs on its own stream: the receiver can start p2p_s after the sender's op ended and the sender
@@ -43,6 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.errors import MeshplanError
+from meshplan.specs.plan import group_problem
 from meshplan.timeline.pipeline_closed_form import gpipe_finish, one_f_one_b_finish
 from meshplan.timeline.pipeline_orders import Op, simulate_orders
 from meshplan.timeline.pipeline_periodic import periodic_finish
@@ -85,20 +89,23 @@ class PipelineTime:
 
 
 def pipeline_time(stages: Sequence[StageWork], micro_batches: int, schedule: str = "1f1b", virtual: int = 1,
-                  p2p_s: float = 0.0, overlap_p2p: bool = True) -> PipelineTime:
+                  p2p_s: float = 0.0, overlap_p2p: bool = True, group: int | None = None) -> PipelineTime:
     """Makespan, per-entry bubble and finish of ``schedule``, exactly as ``simulate`` would time it.
+
+    ``group`` (interleaved 1F1B only): micro-batches each model chunk runs in a row, Megatron-Core's
+    microbatch_group_size_per_vp_stage; None: the number of stages (``interleave_group``).
 
     For dualpipe, device r runs stage r's chunk of one direction and stage p-1-r's of the other;
     an entry's bubble and finish are the largest over the devices r in its range.
     """
-    works = _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p)
+    works = _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p, group)
     m, ranges = micro_batches, _entry_ranges(stages)
     closed = schedule == "gpipe" or (schedule == "1f1b" and virtual == 1 and (p2p_s == 0 or not overlap_p2p))
     if closed and not any(w.release_s for w in works):
         finish = _closed_form(stages, m, schedule, p2p_s, overlap_p2p, [r.start for r in ranges])
         total = max(finish)
     else:
-        per_stage = periodic_finish(schedule, works, m, virtual, float(p2p_s), bool(overlap_p2p))
+        per_stage = periodic_finish(schedule, works, m, virtual, float(p2p_s), bool(overlap_p2p), group)
         finish = [float(per_stage[r.start:r.stop].max()) for r in ranges]
         total = float(per_stage.max())
     if schedule == "dualpipe":
@@ -110,11 +117,11 @@ def pipeline_time(stages: Sequence[StageWork], micro_batches: int, schedule: str
 
 
 def simulate(stages: Sequence[StageWork], micro_batches: int, schedule: str = "1f1b", virtual: int = 1,
-             p2p_s: float = 0.0, overlap_p2p: bool = True) -> list[list[Op]]:
+             p2p_s: float = 0.0, overlap_p2p: bool = True, group: int | None = None) -> list[list[Op]]:
     """Unrolled event simulation, the reference for ``pipeline_time``: per stage, its ops
     (kind, micro_batch, chunk, start_s, end_s) in execution order. Cost O(p·m·v)."""
-    works = _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p)
-    return simulate_orders(works, schedule, micro_batches, virtual, float(p2p_s), bool(overlap_p2p))
+    works = _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p, group)
+    return simulate_orders(works, schedule, micro_batches, virtual, float(p2p_s), bool(overlap_p2p), group)
 
 
 def _closed_form(stages, m: int, schedule: str, p2p_s: float, overlap_p2p: bool, ends: list[int]) -> list[float]:
@@ -183,7 +190,7 @@ def _entry_ranges(stages: Sequence[StageWork]) -> list[range]:
     return out
 
 
-def _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p) -> list[StageWork]:
+def _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p, group=None) -> list[StageWork]:
     """The per-stage list of StageWork (counts expanded), after checking every input."""
     if schedule not in SCHEDULES:
         raise MeshplanError("plan.schedule", schedule, f"one of {', '.join(SCHEDULES)}")
@@ -200,9 +207,12 @@ def _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p) -> 
     p = len(works)
     if not _is_int(micro_batches) or micro_batches < 1:
         raise MeshplanError("pipeline.micro_batches", micro_batches, "a whole number >= 1")
-    if virtual > 1 and micro_batches % p:
-        raise MeshplanError("pipeline.micro_batches", micro_batches,
-                            f"interleaved 1F1B needs a multiple of the {p} stages (as Megatron-LM)")
+    if virtual > 1:
+        problem = group_problem(p, micro_batches, p if group is None else group)
+        if problem and group is None:  # Megatron-Core's default group, pp
+            problem = ("pipeline.micro_batches", micro_batches, f"{problem[2]} (groups of pp = {p}; a larger group may run it)")
+        if problem:
+            raise MeshplanError(*problem)
     if schedule == "dualpipe":
         if p % 2:
             raise MeshplanError("plan.pp", p, "dualpipe needs an even number of stages")

@@ -204,7 +204,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
 
     passes = [role_passes(costed, i, compose) for i in range(len(program.roles))]
     works, p2p_s, overlap_p2p = pipeline_inputs(costed, passes)
-    pipe = pipeline_time(works, m, plan.schedule, v, p2p_s, overlap_p2p)
+    pipe = pipeline_time(works, m, plan.schedule, v, p2p_s, overlap_p2p, plan.microbatch_group_size)
 
     reduce_s, gather_s = step_reduce_gather_s(program)
     blocking = 0.0

@@ -56,7 +56,7 @@ def chrome_trace(costed: CostedProgram, estimate: Estimate) -> dict:
     m = s.num_micro_batches
     passes = [role_passes(costed, i) for i in range(len(program.roles))]
     works, p2p_s, overlap_p2p = pipeline_inputs(costed, passes)
-    schedule = simulate(works, m, plan.schedule, plan.virtual_pipeline_stages, p2p_s, overlap_p2p)
+    schedule = simulate(works, m, plan.schedule, plan.virtual_pipeline_stages, p2p_s, overlap_p2p, plan.microbatch_group_size)
     whole = plan.virtual_pipeline_stages == 1
 
     events: list[dict] = []
