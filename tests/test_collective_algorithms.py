@@ -25,9 +25,10 @@ BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (
 
 
 def measured_cluster(system: str):
-    """The catalog cluster each published system is: ND H100 v5 is a DGX H100-shaped HGX node,
-    NDm A100 v4 a DGX A100-shaped one (8 HDR NICs, one per GPU)."""
-    return catalog.cluster("dgx-h100" if system == "nd-h100-v5" else "dgx-a100-80gb")
+    """The catalog cluster each published system is: ND H100 v5 and the H100 nodes of nccl-tests
+    issues 290 and 309 (8 H100 SXM, 8 NDR 400G NICs each) are DGX H100-shaped HGX nodes, NDm A100
+    v4 a DGX A100-shaped one (8 HDR NICs, one per GPU)."""
+    return catalog.cluster("dgx-h100" if system.startswith(("nd-h100", "h100")) else "dgx-a100-80gb")
 
 
 def curve_points():
@@ -40,18 +41,27 @@ def model_busbw(row) -> float:
     n = nodes * ppn
     span = group_span(measured_cluster(row["system"]), n, 8 // ppn)
     size = float(row["size_bytes"])
-    return size / collective_s(row["collective"], size, span) * BUS_FACTOR[row["collective"]](n) / 1e9
+    algorithm = "ring" if row["system"].endswith("-ring") else "auto"  # run with NCCL_ALGO=Ring
+    return size / collective_s(row["collective"], size, span, algorithm) * BUS_FACTOR[row["collective"]](n) / 1e9
+
+
+def measured_busbw(row) -> float:
+    """The published bus bandwidth; from the time where one was published (nccl-tests prints
+    busbw to 0.01 GB/s, which is 0.00 for the smallest messages)."""
+    if row["published"] != "time_us":
+        return float(row["busbw_gb_s"])
+    n = int(row["nodes"]) * int(row["gpus_per_node"])
+    algbw = float(row["size_bytes"]) / (float(row["time_us"]) * 1e-6) / 1e9
+    return algbw * BUS_FACTOR[row["collective"]](n)
 
 
 def test_every_published_point_names_its_source_and_converts_consistently():
     rows = curve_points()
-    assert len(rows) >= 60
+    assert len(rows) >= 180
     for row in rows:
         assert row["source"].startswith("https://github.com/")
-        if row["published"] == "time_us":  # the bus bandwidth column was derived from the time
-            n = int(row["nodes"]) * int(row["gpus_per_node"])
-            algbw = float(row["size_bytes"]) / (float(row["time_us"]) * 1e-6) / 1e9
-            assert float(row["busbw_gb_s"]) == pytest.approx(algbw * BUS_FACTOR[row["collective"]](n), rel=1e-3)
+        # the bus bandwidth column agrees with the time, to the printout's rounding
+        assert float(row["busbw_gb_s"]) == pytest.approx(measured_busbw(row), rel=1e-2, abs=0.006)
 
 
 #: (system, collective, nodes x gpus per node) curves the model reproduces within 15% bus
@@ -74,7 +84,43 @@ def test_published_nccl_tests_curves_within_15_percent(system, collective, nodes
         rows = [r for r in rows if float(r["size_bytes"]) >= 1 << 20]
     assert rows
     for row in rows:
-        assert model_busbw(row) == pytest.approx(float(row["busbw_gb_s"]), rel=0.15), row["size_bytes"]
+        assert model_busbw(row) == pytest.approx(measured_busbw(row), rel=0.15), row["size_bytes"]
+
+
+#: multi-node H100 all-reduce (nccl-tests issue 309: 2 and 4 nodes, NCCL 2.26.2; 2, 4 and 8
+#: nodes with NCCL's defaults; 2 nodes with NCCL_ALGO=Ring): the sizes the model holds within 15%
+MULTI_NODE_H100 = [
+    ("h100-ib-nccltests309-xe9680", 2, 0, 2 << 10),  # 8 B - 2 KiB: tree/LL latency
+    ("h100-ib-nccltests309-vm", 4, 0, 1 << 10),
+    ("h100-ib-nccltests309-vm", 4, 512 << 20, 1 << 40),  # 512 MiB - 16 GiB
+    ("h100-ib-nccltests309-xe9680", 2, 2 << 30, 1 << 40),  # 2 - 16 GiB: NVLS tree at its bandwidth
+    ("h100-ib-nccltests309-gjaion", 2, 2 << 30, 1 << 40),
+    ("h100-ib-nccltests309-gjaion", 4, 1 << 30, 1 << 40),
+    ("h100-ib-nccltests309-gjaion", 8, 2 << 30, 1 << 40),
+    ("h100-ib-nccltests309-gjaion-ring", 2, 128 << 20, 1 << 40),
+]
+
+
+@pytest.mark.parametrize("system, nodes, smallest, largest", MULTI_NODE_H100)
+def test_multi_node_h100_all_reduce_within_15_percent(system, nodes, smallest, largest):
+    rows = [r for r in curve_points() if r["system"] == system and int(r["nodes"]) == nodes
+            and smallest <= float(r["size_bytes"]) <= largest]
+    assert len(rows) >= 3
+    for row in rows:
+        assert model_busbw(row) == pytest.approx(measured_busbw(row), rel=0.15), row["size_bytes"]
+
+
+def test_multi_node_h100_mid_sizes_are_a_known_miss():
+    """Between about 512 KiB and 1 GiB the model's multi-node all-reduce reaches its bandwidth
+    too soon: NCCL's time there is latency + size / bandwidth (src/graph/tuning.cc), the model's
+    form too, while the measured curves take a further 60-200 us on 2 nodes, growing with the size (a
+    pipeline that fills chunk by chunk) before they settle. Up to 2.4x fast at 8 MiB on 8 nodes;
+    bounded here so a regression shows."""
+    worst = 0.0
+    for row in curve_points():
+        if row["system"].startswith("h100-ib") and not row["system"].endswith("-ring"):
+            worst = max(worst, model_busbw(row) / measured_busbw(row))
+    assert 2.0 < worst < 2.5
 
 
 def test_published_curves_known_misses_stay_bounded():
@@ -87,7 +133,7 @@ def test_published_curves_known_misses_stay_bounded():
     worst = {}
     for row in curve_points():
         key = (row["system"], row["collective"], int(row["nodes"]))
-        error = abs(model_busbw(row) / float(row["busbw_gb_s"]) - 1)
+        error = abs(model_busbw(row) / measured_busbw(row) - 1)
         worst[key] = max(worst.get(key, 0.0), error)
     assert worst[("nd-h100-v5", "all_reduce", 1)] < 0.45
     assert worst[("ndm-a100-v4", "all_gather", 1)] < 0.20
