@@ -241,7 +241,8 @@ def _forward_index(key: tuple) -> int | None:
 
 
 @lru_cache(maxsize=256)
-def structure(schedule: str, p: int, v: int, m1: int, step: int, group: int | None = None) -> tuple[np.ndarray, ...] | None:
+def structure(schedule: str, p: int, v: int, m1: int, step: int,
+              group: int | None = None) -> tuple[np.ndarray, ...] | None:
     """(frontier ops at C, their counterparts at C', cut C, cut C') for a cut pair ``step``
     micro-batches apart in the run of m1 micro-batches, or None when no such cut pair is valid
     (see module docstring)."""
@@ -325,8 +326,8 @@ def periodic_finish(schedule: str, works, m: int, v: int, p2p_s: float, overlap_
     release = np.array([float(w.release_s) for w in works]) if any(w.release_s for w in works) else None
     unit = _unit(schedule, p, v, group)  # steady pattern period, per direction
     units = 2 if schedule == "dualpipe" else 1
-    # where a certificate usually exists already (measured): 1F1B 2p, ZB-H1 3p, interleaved and
-    # DualPipe 4p micro-batches
+    # where a certificate usually exists already (measured): 1F1B 2p, ZB-H1 3p, DualPipe 4p
+    # micro-batches, interleaved four groups
     start = {"zb-h1": 3 * p + 2, "dualpipe": 4 * p}.get(schedule, 4 * unit if unit > 1 else 2 * p + 2)
     m1 = _valid_count(schedule, p, v, start, m, group)
     while m1 < m and structure(schedule, p, v, m1, unit, group) is None:  # too short for a cut pair

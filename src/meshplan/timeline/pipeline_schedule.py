@@ -25,11 +25,11 @@ exactly (to rounding) without unrolling all micro-batches:
 - everything else (1f1b with overlapped latency, interleaved 1f1b, zb-h1, dualpipe, and any
   schedule where a stage has a ``release_s``): a bounded
   simulation with a periodicity certificate (``pipeline_periodic``): 2p-4p micro-batches (four
-  groups where interleaved) are simulated and extrapolated; when the steady state has not settled by then (two stage kinds
-  with nearly the same cycle time), the missing steady periods are inserted as max-plus powers
-  of a small matrix. The cost grows with p² (p²·v interleaved; about 0.3-6 ms at p = 16, 3-25 ms
-  at p = 64; p·group·v for an interleaved group larger than p), not with m (beyond log2(m)
-  matrix products in the unsettled case).
+  groups where interleaved) are simulated and extrapolated; when the steady state has not
+  settled by then (two stage kinds with nearly the same cycle time), the missing steady periods
+  are inserted as max-plus powers of a small matrix. The cost grows with p² (p²·v interleaved;
+  about 0.3-6 ms at p = 16, 3-25 ms at p = 64; p·group·v for an interleaved group larger than
+  p), not with m (beyond log2(m) matrix products in the unsettled case).
 
 p2p_s is one activation or gradient send between neighbouring stages. With overlap_p2p the send
 runs on its own stream: the receiver can start p2p_s after the sender's op ended and the sender
@@ -93,7 +93,8 @@ def pipeline_time(stages: Sequence[StageWork], micro_batches: int, schedule: str
     """Makespan, per-entry bubble and finish of ``schedule``, exactly as ``simulate`` would time it.
 
     ``group`` (interleaved 1F1B only): micro-batches each model chunk runs in a row, Megatron-Core's
-    microbatch_group_size_per_vp_stage; None: the number of stages (``interleave_group``).
+    microbatch_group_size_per_vp_stage; None: the number of stages, its default (a plan picks a
+    larger one where m needs it, ``specs.plan.interleave_group``).
 
     For dualpipe, device r runs stage r's chunk of one direction and stage p-1-r's of the other;
     an entry's bubble and finish are the largest over the devices r in its range.
