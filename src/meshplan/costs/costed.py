@@ -157,7 +157,7 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         ops=ops,
         forward_s=sum(t.forward_s for t in ops.values()),
         backward_s=sum(t.backward_s for t in ops.values()),
-        recompute_s=sum(ops[name].forward_s for name in kind.recompute_ops),
+        recompute_s=sum(share * ops[name].forward_s for name, share in kind.recompute_ops),
         tp_forward_s=tp_fwd,
         tp_backward_s=sum(comm_s(c, backward=True) for c in kind.tp_comms) + (tp_fwd if full_recompute else 0.0),
         ep_forward_s=ep_fwd,

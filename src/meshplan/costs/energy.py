@@ -165,7 +165,10 @@ def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_
         kind = program.kinds[name]
         trained = (count - frozen) * back
         t.ops(kind.ops, m * count, backward=m * trained)
-        t.ops([op for op in kind.ops if op.op.name in kind.recompute_ops], m * trained)
+        shares = dict(kind.recompute_ops)
+        for op in kind.ops:
+            if op.op.name in shares:
+                t.ops((op,), m * trained * shares[op.op.name])
         for comms in (kind.tp_comms, kind.cp_comms, kind.ep_comms):
             t.comms(comms, m * count)
             t.comms(comms, m * trained, backward=True)

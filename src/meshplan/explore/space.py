@@ -95,7 +95,7 @@ def expand(
             point["zero_stage"] = 1 if base.optimizer_offload else 0
         if point["pp"] == 1:
             point["virtual_pipeline_stages"] = 1
-        if point["recompute"] == "selective" and base.flash_attention:
+        if point["recompute"] == "selective" and base.flash_attention and base.selective_recompute == "attention":
             point["recompute"] = "none"  # flash attention keeps no scores: nothing to recompute
         key = tuple(point.values())
         if key in seen:

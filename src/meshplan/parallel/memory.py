@@ -203,7 +203,7 @@ def stage_memory(
     16 bits, FP8 or NF4; lora_base_bytes); the embedding, norms and output layer stay 16-bit, as
     QLoRA keeps them (Dettmers et al. 2023, Sec. 3).
     """
-    tp, pp, v, zero = plan.tp, plan.pp, plan.virtual_pipeline_stages, plan.zero_stage
+    tp, pp, v, zero = plan.tp, plan.pp, plan.virtual_pipeline_stages, plan.zero_memory_stage
     edp = expert_mesh(plan)[2]
     dp, _, shard = weight_replicas(plan)  # dp x cp ranks hold the same weights; ZeRO shards over them
 

@@ -73,7 +73,7 @@ class LayerKind:
     tp_comms: tuple[Comm, ...]  # forward; backward mirrors them
     cp_comms: tuple[Comm, ...]
     ep_comms: tuple[Comm, ...]  # token dispatch and combine (all-to-all)
-    recompute_ops: tuple[str, ...]  # re-run in backward
+    recompute_ops: tuple[tuple[str, float], ...]  # (op, share of its forward) re-run in backward
     params: float  # weights of one layer on one device, except routed experts
     expert_params: float  # routed-expert weights of one layer on one device
     saved_bytes: float  # activations one layer keeps per micro-batch, given the recompute policy
@@ -164,10 +164,13 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
         # (hierarchical: once per node and GPU, meshplan.parallel.dispatch)
         buffers = dispatch_buffers(x_bytes / (tp if sp else 1), model.moe, ep, spans, plan.ep_dispatch)
         ep_comms = tuple(Comm("ep", "all_to_all", size, 2, spans[name]) for name, size in buffers)
+    by_op = plan.recompute == "selective" and plan.selective_recompute == "op"
     if plan.recompute == "full":
-        recompute = tuple(op.op.name for op in ops)
+        recompute = tuple((op.op.name, 1.0) for op in ops)
+    elif by_op:
+        recompute = op_recompute(ops, model)
     elif plan.recompute == "selective" and not plan.flash_attention:
-        recompute = ("attention",)
+        recompute = (("attention", 1.0),)
     else:
         recompute = ()
     quantized = quantized_scale(plan.precision)
@@ -178,6 +181,8 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     full = kept_by(drop_scores=False)
     if plan.recompute == "full":
         kept = x_bytes / (tp if sp else 1)  # only the layer input (Korthikanti et al. 2022: 2sbh)
+    elif by_op:
+        kept = op_recompute_kept_bytes(ops, model, x_bytes / cp / (tp if sp else 1), act_bytes, tp if sp else 1)
     else:
         kept = kept_by(drop_scores=plan.recompute == "selective")
     return LayerKind(
@@ -195,6 +200,68 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
         trainable_params=sum(param_share(op, tp) for op in block.ops if not op.expert and not op.frozen),
         expert_trainable_params=sum(param_share(op, tp, ep, etp) for op in block.ops if op.expert and not op.frozen),
     )
+
+
+def _linears(op: ShardedOp, model) -> tuple[float, ...]:
+    """Shares of a matmul op's output width in the separate linear layers torchtitan's Llama
+    runs it as, in forward order (torchtitan models/llama/model.py: wq, wk, wv; w1, w3 of a
+    gated FFN); any other matmul is one linear."""
+    name = op.op.name
+    if name == "qkv":
+        q, kv = model.num_attention_heads * model.dim_per_head, model.kv_heads * model.dim_per_head
+        return (q / (q + 2 * kv), kv / (q + 2 * kv), kv / (q + 2 * kv))
+    if name.endswith("_up") and not op.op.expert and model.ffn_matrices == 3:
+        return (0.5, 0.5)
+    return (1.0,)
+
+
+def _saved_linear_shares(ops: tuple[ShardedOp, ...], model) -> dict[str, float]:
+    """torchtitan's per-op policy over one layer's matmuls: the n-th linear of the forward is
+    saved when n is odd and recomputed when even (the mm counter of _apply_ac_to_transformer_block,
+    torchtitan commit 6b03ffa3; torchtitan/distributed/activation_checkpoint.py SelectiveAC
+    today); the share of each matmul op's output that is saved."""
+    saved: dict[str, float] = {}
+    n = 0
+    for op in ops:
+        if op.op.kind != "matmul":
+            continue
+        for share in _linears(op, model):
+            n += 1
+            saved[op.op.name] = saved.get(op.op.name, 0.0) + (share if n % 2 else 0.0)
+    return saved
+
+
+def op_recompute(ops: tuple[ShardedOp, ...], model) -> tuple[tuple[str, float], ...]:
+    """What torchtitan's per-op selective checkpointing re-runs in backward: every op that is
+    not a matmul or attention (norms, activations, residual adds; their outputs are not kept),
+    and of the matmuls every second linear layer (_saved_linear_shares), (op, share) pairs.
+    Attention (its output and log-sum-exp) and the embedding are kept."""
+    saved = _saved_linear_shares(ops, model)
+    out = []
+    for op in ops:
+        if op.op.kind == "matmul":
+            if saved[op.op.name] < 1.0:
+                out.append((op.op.name, 1.0 - saved[op.op.name]))
+        elif op.op.kind not in ("attention", "lookup"):
+            out.append((op.op.name, 1.0))
+    return tuple(out)
+
+
+def op_recompute_kept_bytes(ops: tuple[ShardedOp, ...], model, layer_input: float, act_bytes: float, sp_split: int) -> float:
+    """Activations one layer keeps per micro-batch under the per-op policy: its input (the
+    checkpoint's) and the outputs of what is saved, the saved linears' and attention's (output
+    and fp32 log-sum-exp); row-parallel outputs after their reduce-scatter with sequence
+    parallelism (torchtitan saves reduce_scatter_tensor outputs), whole otherwise."""
+    saved = _saved_linear_shares(ops, model)
+    kept = layer_input
+    for op in ops:
+        if op.op.kind == "matmul":
+            split = sp_split if op.op.shard_dim == "k" else 1
+            kept += saved[op.op.name] * op.m * op.n * act_bytes / split
+        elif op.op.kind == "attention" and op.attention is not None:
+            a = op.attention
+            kept += a.batch * a.seq * a.heads * (a.v_dim * act_bytes + 4.0)
+    return kept
 
 
 def _stage_layers(ranges: tuple[tuple[int, int], ...], blocks: tuple[Block, ...], frozen: int) -> tuple[tuple[str, int, int], ...]:
@@ -303,8 +370,8 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         worst["expert_trainable"] = max(worst["expert_trainable"], expert_trainable)
 
     dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, max(s.stage_layers)) if phase is None else ((), ())
-    optimizer_params = worst["trainable"] / (shard if plan.zero_stage >= 1 else 1)
-    optimizer_params += worst["expert_trainable"] / (edp if plan.zero_stage >= 1 else 1)
+    optimizer_params = worst["trainable"] / (shard if plan.zero_memory_stage >= 1 else 1)
+    optimizer_params += worst["expert_trainable"] / (edp if plan.zero_memory_stage >= 1 else 1)
     return forced_collectives(Program(
         scenario=scenario,
         graph=graph,
@@ -411,8 +478,10 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
 
 def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, layers_per_device: int):
     """Gradient reduction (and ZeRO's weight gathers) once per step, or per micro-batch for
-    ZeRO-3; expert weights over their own data-parallel group (parallel.mesh.expert_mesh)."""
-    dp, _, shard = weight_replicas(plan)  # dp x cp ranks reduce gradients together
+    ZeRO-3 (unless it keeps its weights gathered through the step, Plan.zero3_per_step: then
+    as ZeRO-1); expert weights over their own data-parallel group (parallel.mesh.expert_mesh)."""
+    dp, _, shard = weight_replicas(plan)
+    zero = plan.zero_memory_stage  # dp x cp ranks reduce gradients together
     edp = expert_mesh(plan)[2]
     dp_comms: list[Comm] = []
     zero3: list[Comm] = []
@@ -425,9 +494,9 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
             continue
         grads, weights, updated = trainable * state.gradient, params * state.weight, trainable * state.weight
         buckets = max(1.0, trainable / bucket)
-        if plan.zero_stage == 0:
+        if zero == 0:
             dp_comms.append(Comm(axis, "all_reduce", grads / buckets, buckets, span))
-        elif plan.zero_stage in (1, 2):
+        elif zero in (1, 2):
             # distributed optimizer: reduce-scatter gradients, all-gather updated weights
             dp_comms += [Comm(axis, "reduce_scatter", grads / buckets, buckets, span),
                          Comm(axis, "all_gather", updated / buckets, buckets, span)]

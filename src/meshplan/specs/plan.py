@@ -74,7 +74,17 @@ class Plan(Spec):
     # ZeRO/FSDP shard over groups of this many data-parallel ranks and replicate across the
     # groups (hybrid sharding, PyTorch FSDP HYBRID_SHARD / HSDP); None: over all dp ranks
     zero_shard_size: Count | None = None
+    # ZeRO-3/FSDP weight gathers: before every forward and backward of each micro-batch, or once
+    # per step with the weights kept gathered and gradients reduce-scattered once after the last
+    # backward (PyTorch pipelining with FSDP2: ZeRO-1's memory and traffic);
+    # "per_step_if_pipelined": per step only where pp > 1 (torchtitan); see zero3_per_step
+    zero3_gather: Literal["per_micro_batch", "per_step", "per_step_if_pipelined"] = "per_micro_batch"
     recompute: Recompute = "none"
+    # what "selective" re-runs: the attention core (Korthikanti et al. 2022, Megatron's
+    # --recompute-granularity selective; nothing under flash attention, which keeps no scores),
+    # or torchtitan's per-op policy ("op": every op but matmuls, attention and reduce-scatters,
+    # and every second matmul of a layer; parallel.program.op_recompute)
+    selective_recompute: Literal["attention", "op"] = "attention"
     precision: TrainPrecision = "bf16"
     flash_attention: bool = True
     # what runs beside compute (meshplan.timeline.passes); a ``framework`` sets its defaults
@@ -172,6 +182,23 @@ class Plan(Spec):
     @property
     def model_parallel(self) -> int:
         return self.tp * self.cp * self.pp
+
+    @property
+    def zero3_per_step(self) -> bool:
+        """ZeRO-3 whose weights stay gathered through the step (zero3_gather): each pipeline stage
+        gathers its weights at its first forward and reduce-scatters its gradients after its last
+        backward (torch.distributed.pipelining's PipelineStage with an FSDP2 module: no
+        reshard and no gradient sync between micro-batches; torchtitan sets
+        reshard_after_forward = not pp_enabled)."""
+        if self.zero_stage != 3 or self.zero3_gather == "per_micro_batch":
+            return False
+        return self.zero3_gather == "per_step" or self.pp > 1
+
+    @property
+    def zero_memory_stage(self) -> int:
+        """The ZeRO stage whose memory and traffic the plan has: 1 for ZeRO-3 kept gathered
+        through the step (full weights and gradients, sharded optimizer states), else zero_stage."""
+        return 1 if self.zero3_per_step else self.zero_stage
 
 
 #: the layout's letters (Megatron-Core PipelineParallelLayerLayout): E embedding, t decoder layer,

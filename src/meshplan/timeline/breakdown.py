@@ -20,8 +20,7 @@ def by_op_kind(costed: CostedProgram, role_index: int, micro_batches: int) -> di
         for op in kind.ops:
             t = kind_times.ops[op.op.name]
             seconds = layers * t.forward_s + (layers - frozen) * t.backward_s
-            if op.op.name in kind.recompute_ops:
-                seconds += (layers - frozen) * t.forward_s
+            seconds += (layers - frozen) * t.forward_s * dict(kind.recompute_ops).get(op.op.name, 0.0)
             out[OP_KIND[op.op.kind]] += micro_batches * seconds
     edge_backward = times.compute_backward_s - sum(
         (n - f) * (costed.kinds[k].backward_s + costed.kinds[k].recompute_s) for k, n, f in role.layer_counts

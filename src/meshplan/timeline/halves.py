@@ -46,7 +46,7 @@ class Half:
     cp_s: float = 0.0  # K/V exchange of the attention core, forward
     cp_back_s: float = 0.0
     cp_chunks: int = 1
-    recompute: tuple[str, ...] = ()  # ops re-run in backward (selective recompute)
+    recompute: tuple[tuple[str, float], ...] = ()  # (op, share of its forward) re-run in backward (selective recompute)
     params: float = 0.0  # trainable weights on this device (head and tail; layers carry theirs in Layer)
     reduce_kind: str = "reduce_scatter"  # the closing collective: reduce_scatter (sequence parallel) or all_reduce
 
@@ -65,7 +65,10 @@ class Overlap:
     @classmethod
     def of(cls, costed: CostedProgram) -> "Overlap":
         p = costed.program.scenario.plan
-        return cls(p.overlap_grad_reduce, p.overlap_param_gather, p.prefetch_layers if p.overlap_param_gather else 0,
+        # a pipeline stage with FSDP2 kept gathered reduce-scatters after its last backward
+        # (PipelineStage.backward_maybe_with_nosync runs FSDP's post-backward then), not beside it
+        grad_reduce = p.overlap_grad_reduce and not p.zero3_per_step
+        return cls(grad_reduce, p.overlap_param_gather, p.prefetch_layers if p.overlap_param_gather else 0,
                    p.tp_overlap, p.cp_overlap, p.ep_overlap, costed.overlap_slowdown, link_streams(costed.program))
 
     def stream(self, axis: str) -> str:
@@ -97,7 +100,7 @@ def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, ...]:
         open_s = open_back = 0.0
         close_s, close_back = _per(kind.tp_comms, "all_reduce"), _per(kind.tp_comms, "all_reduce", True)
     tp = plan.tp
-    selective = tuple(n for n in kind.recompute_ops if plan.recompute == "selective")
+    selective = kind.recompute_ops if plan.recompute == "selective" else ()
     cp_fwd = _per(kind.cp_comms, "all_gather")
     cp_bwd = _per(kind.cp_comms, "all_gather", True)
     a2a = _per(kind.ep_comms, "all_to_all")
@@ -108,7 +111,8 @@ def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, ...]:
     split += 1
     attention = Half("attn", ops[:split], open_s, close_s, open_back, close_back, tp, cp_s=cp_fwd, cp_back_s=cp_bwd,
                      cp_chunks=plan.cp, recompute=selective, reduce_kind=reduce_kind)
-    ffn = Half("ffn", ops[split:], open_s, close_s, open_back, close_back, tp, dispatch_s=a2a, reduce_kind=reduce_kind)
+    ffn = Half("ffn", ops[split:], open_s, close_s, open_back, close_back, tp, dispatch_s=a2a, recompute=selective,
+               reduce_kind=reduce_kind)
     return attention, ffn
 
 
@@ -270,8 +274,9 @@ def backward_half(b: TaskBuilder, h: Half, weights: bool = True) -> None:
         op = ops[i]
         if experts and i == experts[-1]:
             b.blocking(f"{h.name}.combine_back", "ep", h.dispatch_s, "all_to_all")
-        if op.name in h.recompute:
-            b.work(f"{op.name}.recompute", op.times.forward_s, op.kind)
+        share = dict(h.recompute).get(op.name, 0.0)
+        if share:
+            b.work(f"{op.name}.recompute", share * op.times.forward_s, op.kind)
         own_weight = op.times.weight_s if weights else 0.0
         if mode == "bulk" and h.close_back_s > 0:
             deferred += own_weight

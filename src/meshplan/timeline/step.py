@@ -91,7 +91,7 @@ def _gather_ahead_s(costed: CostedProgram) -> float:
     """Seconds of the distributed optimizer's parameter all-gather that runs ahead of the
     step's forward (0 when it does not overlap it)."""
     plan = costed.program.scenario.plan
-    if plan.zero_stage not in (1, 2) or not Overlap.of(costed).param_gather:
+    if plan.zero_memory_stage not in (1, 2) or not Overlap.of(costed).param_gather:
         return 0.0
     return step_reduce_gather_s(costed.program)[1]
 
@@ -332,7 +332,7 @@ def _flop_per_step(program) -> tuple[float, float]:
         per_layer = dense(block.ops)
         forward += per_layer * block.count
         backward += dense(block.ops, backward=True) * trained
-        recompute += dense(block.ops, program.kinds[block.name].recompute_ops) * trained
+        recompute += sum(share * dense(block.ops, {name}) for name, share in program.kinds[block.name].recompute_ops) * trained
         first += block.count
     model = (forward + backward) * micro_batches_total
     hardware = model + recompute * micro_batches_total
