@@ -9,11 +9,15 @@ w2 as separate linears, so wk, wo and w3 are recomputed.
 
 from __future__ import annotations
 
+import statistics
+from pathlib import Path
+
 import pytest
 
 import meshplan
 from meshplan import api
 from meshplan.costs.costed import cost_program
+from meshplan.io.validation_cases import validate
 from meshplan.parallel.program import build_program
 from meshplan.timeline.halves import Overlap
 
@@ -121,3 +125,40 @@ def test_kept_gathered_fsdp_pipeline_is_faster_than_regathering():
     assert per_step.step_time_s < per_mb.step_time_s
     assert per_step.breakdown.exposed_comm_s["dp"] < per_mb.breakdown.exposed_comm_s["dp"]
 
+
+# torchtitan's published Llama 3.1 runs on Grand Teton H100s (tests/data/torchtitan_h100.yaml,
+# each row citing its table): the group's median |error| and the rows' spread as measured when the
+# two semantics above landed (6.5% median; the 128K and 256K context-parallel rows 31-35% fast).
+CASES = Path(__file__).parent / "data" / "torchtitan_h100.yaml"
+GROUP_MEDIAN = 0.07
+ROW_LIMIT = 0.20
+#: attention at 128K-256K tokens is far slower than the profile's (fitted up to 32K, today's
+#: PyTorch kernels; the runs used Dec 2024's ring attention over FlashAttention-2)
+LONG_CONTEXT = {"tt2412_8b_8gpu_cp4_128k", "tt2412_8b_8gpu_cp8_256k"}
+
+
+@pytest.fixture(scope="module")
+def published():
+    return {r.id: r for r in validate(CASES)}
+
+
+def test_torchtitan_published_runs(published):
+    assert len(published) == 22 and all(r.error is None for r in published.values())
+    errors = [abs(r.relative_error) for r in published.values()]
+    assert statistics.median(errors) <= GROUP_MEDIAN
+    for r in published.values():
+        if r.id not in LONG_CONTEXT:
+            assert abs(r.relative_error) <= ROW_LIMIT, r
+    for name in LONG_CONTEXT:  # the known miss: predicted too fast, and bounded, so a change shows
+        assert -0.40 < published[name].relative_error < -0.25
+
+
+def test_torchtitan_schedule_and_fp8_ratios(published):
+    """What the tables measure between rows: Interleaved 1F1B 1.28x 1F1B on 405B, Float8 1.28-1.29x
+    bf16 on 8B (with compile), each within 10%."""
+    def speedup(slow: str, fast: str) -> float:
+        return published[slow].predicted_step_time_s / published[fast].predicted_step_time_s
+
+    assert speedup("tt2412_405b_512gpu_1f1b", "tt2412_405b_512gpu_interleaved") == pytest.approx(128 / 100, rel=0.10)
+    assert speedup("tt2412_8b_8gpu_fsdp_compile", "tt2412_8b_8gpu_fsdp_fp8") == pytest.approx(8532 / 6667, rel=0.10)
+    assert speedup("tt2412_8b_128gpu_fsdp_compile", "tt2412_8b_128gpu_fsdp_fp8") == pytest.approx(8380 / 6514, rel=0.10)

@@ -141,6 +141,9 @@ def case_inputs(case: dict, where: str) -> dict:
     group = _option(par, "microbatch_group_size", par.get("microbatch_group_size_per_vp_stage"))
     if group is not None:  # and the interleaved group it ran (Megatron-Core's name too)
         plan["microbatch_group_size"] = group
+    tp_overlap = _option(par, "tp_overlap", None)
+    if tp_overlap is not None:  # how its tensor-parallel collectives ran (async TP: pipelined)
+        plan["tp_overlap"] = _word(tp_overlap)
     framework = framework_name(case.get("framework"))
     if framework:  # its overlap defaults (SCHEMA.md); others run on meshplan's
         plan["framework"] = framework
