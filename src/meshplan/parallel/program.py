@@ -480,8 +480,8 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
     """Gradient reduction (and ZeRO's weight gathers) once per step, or per micro-batch for
     ZeRO-3 (unless it keeps its weights gathered through the step, Plan.zero3_per_step: then
     as ZeRO-1); expert weights over their own data-parallel group (parallel.mesh.expert_mesh)."""
-    dp, _, shard = weight_replicas(plan)
-    zero = plan.zero_memory_stage  # dp x cp ranks reduce gradients together
+    dp, _, shard = weight_replicas(plan)  # dp x cp ranks reduce gradients together
+    zero = plan.zero_memory_stage
     edp = expert_mesh(plan)[2]
     dp_comms: list[Comm] = []
     zero3: list[Comm] = []

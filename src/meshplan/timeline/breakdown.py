@@ -17,10 +17,11 @@ def by_op_kind(costed: CostedProgram, role_index: int, micro_batches: int) -> di
     out: dict[str, float] = defaultdict(float)
     for kind_name, layers, frozen in role.layer_counts:
         kind, kind_times = program.kinds[kind_name], costed.kinds[kind_name]
+        rerun = dict(kind.recompute_ops)
         for op in kind.ops:
             t = kind_times.ops[op.op.name]
             seconds = layers * t.forward_s + (layers - frozen) * t.backward_s
-            seconds += (layers - frozen) * t.forward_s * dict(kind.recompute_ops).get(op.op.name, 0.0)
+            seconds += (layers - frozen) * t.forward_s * rerun.get(op.op.name, 0.0)
             out[OP_KIND[op.op.kind]] += micro_batches * seconds
     edge_backward = times.compute_backward_s - sum(
         (n - f) * (costed.kinds[k].backward_s + costed.kinds[k].recompute_s) for k, n, f in role.layer_counts

@@ -270,13 +270,13 @@ def backward_half(b: TaskBuilder, h: Half, weights: bool = True) -> None:
         b.blocking(f"{h.name}.open_back", "tp", h.open_back_s, "all_gather")
     experts = [i for i, op in enumerate(ops) if op.expert]
     deferred = 0.0  # weight gradients run beside the closing collective (bulk overlap)
+    rerun = dict(h.recompute)
     for i in range(len(ops) - 1, -1, -1):
         op = ops[i]
         if experts and i == experts[-1]:
             b.blocking(f"{h.name}.combine_back", "ep", h.dispatch_s, "all_to_all")
-        share = dict(h.recompute).get(op.name, 0.0)
-        if share:
-            b.work(f"{op.name}.recompute", share * op.times.forward_s, op.kind)
+        if rerun.get(op.name):
+            b.work(f"{op.name}.recompute", rerun[op.name] * op.times.forward_s, op.kind)
         own_weight = op.times.weight_s if weights else 0.0
         if mode == "bulk" and h.close_back_s > 0:
             deferred += own_weight
