@@ -1,5 +1,5 @@
 """torchtitan's training semantics: per-op selective activation checkpointing and FSDP2 kept
-gathered under pipeline parallelism (frameworks.yaml, torchtitan; parallel.program.op_recompute).
+gathered under pipeline parallelism (frameworks.yaml, torchtitan; parallel.recompute.op_recompute).
 
 torchtitan's op policy (parallelisms/parallelize_llama.py at commit 6b03ffa3, the Dec 2024
 benchmark runs) saves the outputs of matmuls, attention and reduce-scatters, except every

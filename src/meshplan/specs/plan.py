@@ -83,7 +83,7 @@ class Plan(Spec):
     # what "selective" re-runs: the attention core (Korthikanti et al. 2022, Megatron's
     # --recompute-granularity selective; nothing under flash attention, which keeps no scores),
     # or torchtitan's per-op policy ("op": every op but matmuls, attention and reduce-scatters,
-    # and every second matmul of a layer; parallel.program.op_recompute)
+    # and every second matmul of a layer; parallel.recompute.op_recompute)
     selective_recompute: Literal["attention", "op"] = "attention"
     precision: TrainPrecision = "bf16"
     flash_attention: bool = True

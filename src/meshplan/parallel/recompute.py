@@ -1,0 +1,74 @@
+"""torchtitan's per-op selective activation checkpointing: which ops a decoder layer re-runs in
+backward, and the activations it keeps (Plan.selective_recompute = "op").
+
+torchtitan saves the outputs of matmuls, attention and reduce-scatters, except every second
+matmul of a transformer block, and recomputes every other op (parallelisms/parallelize_llama.py,
+_save_list and _apply_ac_to_transformer_block, commit 6b03ffa3, Dec 2024; today's
+torchtitan/distributed/activation_checkpoint.py SelectiveAC keeps the rule).
+"""
+
+from __future__ import annotations
+
+from meshplan.parallel.shard import ShardedOp
+
+
+def _linears(op: ShardedOp, model) -> tuple[float, ...]:
+    """Shares of a matmul op's output width in the separate linear layers torchtitan's Llama
+    runs it as, in forward order (torchtitan models/llama/model.py: wq, wk, wv; w1, w3 of a
+    gated FFN); any other matmul is one linear."""
+    name = op.op.name
+    if name == "qkv":
+        q, kv = model.num_attention_heads * model.dim_per_head, model.kv_heads * model.dim_per_head
+        return (q / (q + 2 * kv), kv / (q + 2 * kv), kv / (q + 2 * kv))
+    if name.endswith("_up") and not op.op.expert and model.ffn_matrices == 3:
+        return (0.5, 0.5)
+    return (1.0,)
+
+
+def _saved_linear_shares(ops: tuple[ShardedOp, ...], model) -> dict[str, float]:
+    """torchtitan's per-op policy over one layer's matmuls: the n-th linear of the forward is
+    saved when n is odd and recomputed when even (the mm counter of _apply_ac_to_transformer_block,
+    torchtitan commit 6b03ffa3; torchtitan/distributed/activation_checkpoint.py SelectiveAC
+    today); the share of each matmul op's output that is saved."""
+    saved: dict[str, float] = {}
+    n = 0
+    for op in ops:
+        if op.op.kind != "matmul":
+            continue
+        for share in _linears(op, model):
+            n += 1
+            saved[op.op.name] = saved.get(op.op.name, 0.0) + (share if n % 2 else 0.0)
+    return saved
+
+
+def op_recompute(ops: tuple[ShardedOp, ...], model) -> tuple[tuple[str, float], ...]:
+    """What torchtitan's per-op selective checkpointing re-runs in backward: every op that is
+    not a matmul or attention (norms, activations, residual adds; their outputs are not kept),
+    and of the matmuls every second linear layer (_saved_linear_shares), (op, share) pairs.
+    Attention (its output and log-sum-exp) and the embedding are kept."""
+    saved = _saved_linear_shares(ops, model)
+    out = []
+    for op in ops:
+        if op.op.kind == "matmul":
+            if saved[op.op.name] < 1.0:
+                out.append((op.op.name, 1.0 - saved[op.op.name]))
+        elif op.op.kind not in ("attention", "lookup"):
+            out.append((op.op.name, 1.0))
+    return tuple(out)
+
+
+def op_recompute_kept_bytes(ops: tuple[ShardedOp, ...], model, layer_input: float, act_bytes: float, sp_split: int) -> float:
+    """Activations one layer keeps per micro-batch under the per-op policy: its input (the
+    checkpoint's) and the outputs of what is saved, the saved linears' and attention's (output
+    and fp32 log-sum-exp); row-parallel outputs after their reduce-scatter with sequence
+    parallelism (torchtitan saves reduce_scatter_tensor outputs), whole otherwise."""
+    saved = _saved_linear_shares(ops, model)
+    kept = layer_input
+    for op in ops:
+        if op.op.kind == "matmul":
+            split = sp_split if op.op.shard_dim == "k" else 1
+            kept += saved[op.op.name] * op.m * op.n * act_bytes / split
+        elif op.op.kind == "attention" and op.attention is not None:
+            a = op.attention
+            kept += a.batch * a.seq * a.heads * (a.v_dim * act_bytes + 4.0)
+    return kept
