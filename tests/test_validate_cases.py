@@ -78,6 +78,44 @@ def test_keywords_are_read_in_any_case():
     assert run_case(shouted, 0).predicted_step_time_s == expected
 
 
+@pytest.mark.parametrize("spelling, precision, scaling", [
+    ("MXFP8", "fp8", "block"), ("fp8-mx", "fp8", "block"), ("FP8-CS", "fp8", "current"), ("fp8_ds", "fp8", "delayed"),
+    ("NVFP4", "fp4", "block"), ("float8", "fp8", None), ("bfloat16", "bf16", None), ("BF16", "bf16", None)])
+def test_precision_spellings_of_published_tables(spelling, precision, scaling):
+    """Megatron-Bridge's tables and PyTorch's dtype names; a named scaling recipe overrides the
+    framework's (megatron-core: current)."""
+    from meshplan.io.validation_cases import case_inputs
+
+    plan = case_inputs(case(precision=spelling, framework="megatron-core"), "x")["plan"]
+    assert plan["precision"] == precision and plan.get("fp8_scaling") == scaling
+    on_h100 = run_case(case(precision=spelling, hardware__cluster="dgx-h100"), 0)
+    assert on_h100.error is None or precision == "fp4"  # Hopper has no FP4 tensor cores
+    assert "fp4" in (run_case(case(precision="nvfp4", hardware__cluster="dgx-h100"), 0).error or "")
+
+
+def test_activation_recompute_may_be_a_flag():
+    """--checkpoint-activations / activation_checkpointing: true is full recompute."""
+    for flag, word in ((True, "full"), (False, "none")):
+        assert (run_case(case(parallelism__activation_recompute=flag), 0).predicted_step_time_s
+                == run_case(case(parallelism__activation_recompute=word), 0).predicted_step_time_s)
+
+
+@pytest.mark.parametrize("published", [514, 500])
+def test_a_batch_that_is_not_whole_micro_batches_is_rounded_and_scaled_back(published):
+    """16 x 32 = 512 sequences per micro-batch round: 514 and 500 are scored as one round, at the
+    predicted throughput (the step time times published / 512)."""
+    whole = run_case(GOOD, 0)
+    rounded = run_case(case(batch__global_batch_sequences=published), 0)
+    assert rounded.error is None and "rounded to 512" in rounded.note
+    assert rounded.predicted_step_time_s == pytest.approx(whole.predicted_step_time_s * published / 512, rel=1e-12)
+    assert whole.note is None
+
+
+def test_a_batch_far_from_whole_micro_batches_is_still_refused():
+    error = run_case(case(batch__global_batch_sequences=400), 0).error
+    assert error.startswith("sc21_1p7b.plan.global_batch_size: got 400") and "multiple of" in error
+
+
 @pytest.mark.parametrize("spelling", ["NeMo", "nemo", "Megatron-Core", "megatron_core", "mcore", "Megatron-Bridge"])
 def test_framework_spellings_pick_the_catalog_preset(spelling):
     from meshplan.io.validation_cases import framework_name

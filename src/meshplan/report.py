@@ -201,7 +201,8 @@ def validation_tables(results, summary) -> list[Table]:
             cases.add_row(r.id, r.group, _s(r.measured_step_time_s), "-", f"not scored: {r.error}")
         else:
             cases.add_row(r.id, r.group, _s(r.measured_step_time_s), _s(r.predicted_step_time_s),
-                          f"{r.relative_error:+.1%}" + ("" if r.fits else " (predicted not to fit)"))
+                          f"{r.relative_error:+.1%}" + ("" if r.fits else " (predicted not to fit)")
+                          + (f" ({r.note})" if r.note else ""))
     groups = Table(title="Absolute error per group", header_style="bold")
     for col in ("group", "cases", "not scored", "median", "max"):
         groups.add_column(col, justify="left" if col == "group" else "right")

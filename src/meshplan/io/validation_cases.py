@@ -43,6 +43,7 @@ class CaseResult:
     relative_error: float | None  # (predicted - measured) / measured
     error: str | None = None  # why the case could not be scored: "field: got value; what is valid"
     fits: bool | None = None
+    note: str | None = None  # what the reader changed to score the case (a rounded batch)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -77,6 +78,21 @@ def _get(case: dict, path: str, where: str):
 _FRAMEWORK_ALIASES = {"megatron-bridge": "megatron-core", "mcore": "megatron-core", "llmfoundry": "llm-foundry"}
 
 
+#: precisions as published tables and training flags spell them: (plan precision, FP8 scaling or
+#: None for the framework's). Megatron-Bridge's performance tables write FP8-CS (current scaling),
+#: FP8-DS (delayed), FP8-MX and MXFP8 (a scale per block of 32) and NVFP4 (per block of 16, OCP
+#: MX and NVIDIA's NVFP4 formats); torchtitan and PyTorch say float8, bfloat16, float16
+_PRECISION_ALIASES = {
+    "fp8-cs": ("fp8", "current"), "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "block"), "mxfp8": ("fp8", "block"),
+    "nvfp4": ("fp4", "block"), "mxfp4": ("fp4", "block"), "float8": ("fp8", None), "bfloat16": ("bf16", None),
+    "float16": ("fp16", None), "float32": ("fp32", None),
+}
+
+#: activation_recompute as a yes/no flag (Megatron-LM's --checkpoint-activations, DeepSpeed's
+#: activation_checkpointing): every layer recomputed, or none
+_RECOMPUTE_FLAGS = {True: "full", False: "none"}
+
+
 def _word(value):
     """A keyword as the schema spells it: text stripped and lower-cased ("BF16", "SwiGLU"); other
     values as given."""
@@ -88,6 +104,11 @@ def _option(section: dict, key: str, default):
     ``virtual_pipeline_stages: null`` is Megatron's None, no interleaving)."""
     value = section.get(key)
     return default if value is None else value
+
+
+def _recompute(value):
+    """activation_recompute: none | selective | full, or a yes/no flag (full or none)."""
+    return _RECOMPUTE_FLAGS[value] if isinstance(value, bool) else _word(value)
 
 
 def framework_name(value) -> str | None:
@@ -126,12 +147,16 @@ def case_inputs(case: dict, where: str) -> dict:
         "sequence_parallel": bool(_option(par, "sequence_parallel", False)),
         "virtual_pipeline_stages": _option(par, "virtual_pipeline_stages", 1),
         "zero_stage": _option(par, "zero_stage", 0),
-        "recompute": _word(_option(par, "activation_recompute", "none")),
+        "recompute": _recompute(_option(par, "activation_recompute", "none")),
         "micro_batch_size": _get(case, "batch.micro_batch_size", where),
         "global_batch_size": _get(case, "batch.global_batch_sequences", where),
         "seq_len": batch.get("seq_len"),
-        "precision": _word(_option(case, "precision", "bf16")),
     }
+    precision = _word(_option(case, "precision", "bf16"))
+    plan["precision"], scaling = _PRECISION_ALIASES.get(precision.replace("_", "-") if isinstance(precision, str) else precision,
+                                                        (precision, None))
+    if scaling:  # the recipe the precision names wins over the framework's default
+        plan["fp8_scaling"] = scaling
     if par.get("dp") is not None:
         plan["dp"] = par["dp"]
     # an extra key (SCHEMA.md keeps them): the layout the run pinned, in Megatron-Core's syntax
@@ -202,13 +227,12 @@ def run_case(case: dict, index: int, profile: Profile | None = None) -> CaseResu
     measured = None  # echoed next to an error only once it is known to be valid
     try:
         measured = _measured(case, case_id)
-        result = _predict(case, case_id, profile)
+        predicted, fits, note = _predict(case, case_id, profile)
     except MeshplanError as err:
         return CaseResult(case_id, group, measured, None, None, error=str(err))
     except Exception as err:  # noqa: BLE001 - one broken case must not stop the others
         return CaseResult(case_id, group, measured, None, None, error=f"internal error: {type(err).__name__}: {err}")
-    error = (result.step_time_s - measured) / measured
-    return CaseResult(case_id, group, measured, result.step_time_s, error, fits=result.fits)
+    return CaseResult(case_id, group, measured, predicted, (predicted - measured) / measured, fits=fits, note=note)
 
 
 def _label(value, default: str) -> str:
@@ -228,7 +252,8 @@ def _measured(case: dict, case_id: str) -> float:
     return float(value)
 
 
-def _predict(case: dict, case_id: str, profile: Profile | None = None):
+def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[float, bool, str | None]:
+    """The predicted step time, whether the plan fits, and what was changed to score the case."""
     from meshplan.api import estimate
 
     model = _get(case, "model", case_id)
@@ -245,10 +270,37 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None):
     if profile is not None and profile.device in (None, cluster.device.id):
         cluster = profile.apply(cluster)
     inputs["cluster"] = cluster
+    scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
     try:
-        return estimate(**inputs)
+        result = estimate(**inputs)
     except MeshplanError as err:  # name the case in the field path
         raise MeshplanError(f"{case_id}.{err.field}", err.value, err.valid, hint=err.hint) from None
+    return result.step_time_s * scale, result.fits, note
+
+
+def _whole_micro_batches(inputs: dict) -> tuple[float, str | None]:
+    """A published global batch within 5% of a whole number of micro-batches per data-parallel
+    rank is rounded to it (GPT-NeoX-20B's paper says 1538 sequences of a run that took 1536: 32
+    micro-batches of 4 on 12 ranks), and the step time scaled back to the published batch at the
+    predicted throughput. Returns that scale and a note saying so. A batch further off is a plan
+    that does not add up, left for ``estimate`` to refuse, as are plans it cannot read."""
+    plan, devices = inputs["plan"], inputs["num_devices"]
+    fields = (plan["global_batch_size"], plan["micro_batch_size"], devices, plan["tp"], plan["pp"], plan["cp"], plan.get("dp", 1))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in fields):
+        return 1.0, None
+    model_ranks = plan["tp"] * plan["pp"] * plan["cp"]
+    dp = plan.get("dp", devices // model_ranks)
+    per_step = plan["micro_batch_size"] * dp
+    if dp == 0 or devices % model_ranks or plan["global_batch_size"] % per_step == 0:
+        return 1.0, None
+    published = plan["global_batch_size"]
+    rounded = max(1, round(published / per_step)) * per_step
+    if abs(published - rounded) > 0.05 * rounded:
+        return 1.0, None
+    plan["global_batch_size"] = rounded
+    return published / plan["global_batch_size"], (
+        f"global batch {published} rounded to {plan['global_batch_size']} (micro-batch {plan['micro_batch_size']} x dp {dp}); "
+        "the step time is scaled back to the published batch")
 
 
 def _cluster(case: dict, case_id: str):
