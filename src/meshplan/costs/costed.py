@@ -76,6 +76,8 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline
         # input gradient (m x n)·(n x k) and weight gradient (k x m)·(m x n): COMET Table 1; a
         # frozen weight (LoRA's base) gets no weight gradient
         weight = 0.0 if op.op.frozen else float(roof.matmul_s(op.k, op.m, op.n, element_bytes))
+        if op.grad_bytes:  # then added into the step's gradient (Plan.grad_accumulation)
+            weight += float(roof.memory_s(op.grad_bytes, "copy"))
         bwd = float(roof.matmul_s(op.m, op.n, op.k, element_bytes)) + weight
         cast_fwd, cast_bwd = op.cast_bytes  # FP8/FP4: quantize the input, then the output gradient
         if cast_fwd:
@@ -88,7 +90,8 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline
         bwd = roof.attention_op_s(op.attention, op.flop, op.bytes, backward=True)
         return OpTimes(float(fwd), float(bwd))
     if kind == "lookup":  # rows gathered: the lookup bandwidth; backward moves twice the bytes
-        return OpTimes(float(roof.lookup_s(op.bytes)), float(roof.lookup_s(2.0 * op.bytes)))
+        grad = float(roof.memory_s(op.grad_bytes, "copy")) if op.grad_bytes else 0.0
+        return OpTimes(float(roof.lookup_s(op.bytes)), float(roof.lookup_s(2.0 * op.bytes)) + grad)
     memory_class = op.op.memory_class
     fwd = roof.memory_s(op.bytes, memory_class)
     return OpTimes(float(fwd), float(roof.memory_s(2.0 * op.bytes, memory_class)))

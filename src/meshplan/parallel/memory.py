@@ -234,9 +234,11 @@ def stage_memory(
     optimizer, host_optimizer, host_gradients = optimizer_params * state.optimizer, 0.0, 0.0
     if plan.optimizer_offload > 0:
         optimizer, host_optimizer, host_gradients = offloaded_optimizer_split(optimizer, optimizer_params, plan.optimizer_offload)
+    # with Plan.grad_fp32_add the 16-bit gradients stay beside the fp32 ones (BF16_Optimizer)
+    lp_gradients = trainable * 2.0 if plan.grad_fp32_add else 0.0
     return MemoryBreakdown(
         weights_bytes=weights,
-        gradients_bytes=sharded(trainable, expert_trainable, 2) * state.gradient,
+        gradients_bytes=sharded(trainable, expert_trainable, 2) * state.gradient + lp_gradients,
         optimizer_bytes=optimizer,
         activations_bytes=activations,
         gathered_weights_bytes=gathered,

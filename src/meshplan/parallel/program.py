@@ -25,7 +25,7 @@ from meshplan.parallel.memory import (
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
 from meshplan.parallel.quantize import quantized_scale
 from meshplan.parallel.recompute import op_recompute, op_recompute_kept_bytes
-from meshplan.parallel.shard import ShardedOp, param_share, saved_bytes, shard_op
+from meshplan.parallel.shard import ShardedOp, param_share, saved_bytes, shard_op, with_grad_accumulation
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import Block, Graph
@@ -143,7 +143,8 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     tp, cp, ep, etp = plan.tp, plan.cp, plan.ep, plan.expert_tp
     sp = plan.sequence_parallel and tp > 1
     act_bytes = activation_bytes(plan.precision)
-    ops = tuple(shard_op(op, tp, cp, sp, etp, plan.precision, plan.fp8_scaling) for op in block.ops)
+    ops = with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, etp, plan.precision, plan.fp8_scaling) for op in block.ops),
+                                 plan, tp, ep, etp)
     # two regions per decoder layer (attention, MLP); an einsum of a block model opens or closes one
     if sp:  # Korthikanti et al. 2022, Sec. 4.2.2: all-gather + reduce-scatter replace each all-reduce
         tp_comms = (Comm("tp", "all_gather", x_bytes, block.tp_opens, spans["tp"]),
@@ -404,8 +405,10 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
         devices=stages * tp * cp * dp,
         stages=stages,
         layer_counts=counts,
-        head=tuple(shard_op(op, tp, cp, sp, precision=plan.precision, fp8_scaling=plan.fp8_scaling) for op in head_ops),
-        tail=tuple(shard_op(op, tp, cp, sp, precision=plan.precision, fp8_scaling=plan.fp8_scaling) for op in tail_ops),
+        head=with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, fp8_scaling=plan.fp8_scaling)
+                                          for op in head_ops), plan, tp),
+        tail=with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, fp8_scaling=plan.fp8_scaling)
+                                          for op in tail_ops), plan, tp),
         head_comms=head_comms,
         tail_comms=tail_comms,
         params=params,

@@ -24,6 +24,9 @@ class ShardedOp:
     # FP8/FP4 GEMMs: HBM bytes of quantizing the input (forward) and the output gradient
     # (backward), meshplan.parallel.quantize
     cast_bytes: tuple[float, float] = (0.0, 0.0)
+    # HBM bytes of adding this op's weight gradient into the step's after each micro-batch's
+    # backward, outside the GEMM (Plan.grad_accumulation)
+    grad_bytes: float = 0.0
 
 
 def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None, precision: str = "bf16",
@@ -44,6 +47,24 @@ def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None, p
         return ShardedOp(op, 0.0, op.bytes / cp, 0, 0, 0)
     shape = _shard_attention(op.attention, tp, cp) if op.attention is not None else None
     return ShardedOp(op, op.flop / (split * cp), op.bytes / (split * cp), 0, 0, 0, shape)
+
+
+#: DeepSpeed's BF16_Optimizer per parameter and micro-batch (runtime/pipe/engine.py,
+#: _exec_backward_pass: clear_lp_grads before the backward, update_hp_grads after; runtime/
+#: bf16_optimizer.py, _update_hp_grad): zeroing the bf16 gradient (2 B written), autograd adding
+#: the new gradient into it (4 read, 2 written), its fp32 copy (2 read, 4 written) and the add
+#: into the fp32 gradient (8 read, 4 written)
+FP32_ADD_BYTES_PER_PARAM = 26.0
+
+
+def with_grad_accumulation(ops: tuple[ShardedOp, ...], plan, tp: int, ep: int = 1,
+                           expert_tp: int | None = None) -> tuple[ShardedOp, ...]:
+    """``ops`` with the bytes of accumulating their weight gradients outside the GEMMs, where the
+    plan does (Plan.grad_fp32_add); frozen weights take no gradient."""
+    if not plan.grad_fp32_add:
+        return ops
+    return tuple(replace(o, grad_bytes=FP32_ADD_BYTES_PER_PARAM * param_share(o.op, tp, ep, expert_tp))
+                 if o.op.kind in ("matmul", "lookup") and o.op.params and not o.op.frozen else o for o in ops)
 
 
 def _shard_attention(shape: AttentionShape, tp: int, cp: int) -> AttentionShape:

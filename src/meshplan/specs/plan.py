@@ -90,8 +90,10 @@ class Plan(Spec):
     # what runs beside compute (meshplan.timeline.passes); a ``framework`` sets its defaults
     framework: Framework | None = None
     overlap_grad_reduce: bool = True  # gradient buckets reduced during the last micro-batch's backward
-    overlap_param_gather: bool = True  # ZeRO-3/FSDP gathers and the distributed optimizer's all-gather run ahead
-    prefetch_layers: Count = 1  # how many layers ahead those gathers run
+    # the distributed optimizer's (ZeRO 1-2) parameter all-gather runs ahead of the next forward
+    # (Megatron-Core --overlap-param-gather), or blocks after the optimizer step (DeepSpeed)
+    overlap_param_gather: bool = True
+    prefetch_layers: Natural = 1  # how many layers ahead ZeRO-3/FSDP gathers run (0: each waits for its own)
     tp_overlap: TPOverlap = "none"  # tensor-parallel collectives: blocking, bulk (backward), pipelined
     cp_overlap: bool = True  # ring attention: the next K/V block arrives while this one is computed
     ep_overlap: EPOverlap = "none"  # expert all-to-all blocking, or beside another micro-batch's compute
@@ -105,6 +107,11 @@ class Plan(Spec):
     # FP8/FP4 training keeps its GEMM weights in that precision, with no 16-bit copy (Transformer
     # Engine fp8_model_init; Megatron --fp8-param-gather, NeMo fp8_params)
     fp8_params: bool = False
+    # how each micro-batch's weight gradients join the step's: "fused", the weight-gradient GEMM
+    # adds into the gradient buffer (Megatron's gradient_accumulation_fusion into the fp32
+    # main_grad; nothing more moves); "fp32_add", the 16-bit gradients are added into fp32 ones
+    # after every backward (DeepSpeed's BF16_Optimizer; grad_fp32_add says when it runs)
+    grad_accumulation: Literal["fused", "fp32_add"] = "fused"
     # how FP8/FP4 GEMM operands get their scales: an amax history (delayed), the tensor's own
     # amax (current: one more pass over it), or per block inside the cast (block: MXFP8,
     # DeepSeek-V3 tiles); meshplan.parallel.quantize says what each moves
@@ -193,6 +200,14 @@ class Plan(Spec):
         if self.zero_stage != 3 or self.zero3_gather == "per_micro_batch":
             return False
         return self.zero3_gather == "per_step" or self.pp > 1
+
+    @property
+    def grad_fp32_add(self) -> bool:
+        """Whether each micro-batch's 16-bit weight gradients are added into fp32 ones after its
+        backward. DeepSpeed runs its BF16_Optimizer for bf16 weights (FP8 training keeps them
+        too) under ZeRO 0-1 (runtime/engine.py, _do_optimizer_sanity_check); fp16 weights
+        accumulate in place and ZeRO 2-3 partition the gradients instead."""
+        return self.grad_accumulation == "fp32_add" and self.precision not in ("fp16", "fp32") and self.zero_stage <= 1
 
     @property
     def zero_memory_stage(self) -> int:

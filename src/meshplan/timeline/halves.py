@@ -68,7 +68,7 @@ class Overlap:
         # a pipeline stage with FSDP2 kept gathered reduce-scatters after its last backward
         # (PipelineStage.backward_maybe_with_nosync runs FSDP's post-backward then), not beside it
         grad_reduce = p.overlap_grad_reduce and not p.zero3_per_step
-        return cls(grad_reduce, p.overlap_param_gather, p.prefetch_layers if p.overlap_param_gather else 0,
+        return cls(grad_reduce, p.overlap_param_gather, p.prefetch_layers,
                    p.tp_overlap, p.cp_overlap, p.ep_overlap, costed.overlap_slowdown, link_streams(costed.program))
 
     def stream(self, axis: str) -> str:

@@ -19,7 +19,8 @@ overlaps with what is the plan's overlap options (meshplan.catalog frameworks se
   during the last micro-batch's backward when ``overlap_grad_reduce``; the distributed
   optimizer's parameter all-gather runs ahead of the first micro-batch's forward, each layer
   waiting for its own, when ``overlap_param_gather`` (with an interleaved schedule it runs a
-  whole model chunk ahead instead: timeline.step.interleaved_param_wait).
+  whole model chunk ahead instead: timeline.step.interleaved_param_wait); otherwise it blocks
+  after the optimizer step, as DeepSpeed's ZeRO 1-2 run it.
 
 Collectives of axes whose groups cross the same outermost network level share its links: they
 run on one stream and take turns (meshplan.timeline.links).
