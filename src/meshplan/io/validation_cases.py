@@ -110,6 +110,12 @@ def _option(section: dict, key: str, default):
     return default if value is None else value
 
 
+def _name(value):
+    """A name as the catalog spells it: lower case, hyphens for underscores and spaces
+    ("Megatron_Core", "PyTorch FSDP", "FP8_CS"); other values as given."""
+    return _word(value).replace("_", "-").replace(" ", "-") if isinstance(value, str) else value
+
+
 def _recompute(value):
     """activation_recompute: none | selective | full, or a yes/no flag (full or none)."""
     return _RECOMPUTE_FLAGS[value] if isinstance(value, bool) else _word(value)
@@ -119,8 +125,7 @@ def framework_name(value) -> str | None:
     """The catalog framework a case's ``framework`` names, or None (meshplan's own defaults)."""
     if not isinstance(value, str):
         return None
-    name = value.strip().lower().replace("_", "-").replace(" ", "-")
-    name = _FRAMEWORK_ALIASES.get(name, name)
+    name = _FRAMEWORK_ALIASES.get(_name(value), _name(value))
     return name if name in catalog.frameworks() else None
 
 
@@ -157,8 +162,7 @@ def case_inputs(case: dict, where: str) -> dict:
         "seq_len": batch.get("seq_len"),
     }
     precision = _word(_option(case, "precision", "bf16"))
-    plan["precision"], scaling = _PRECISION_ALIASES.get(precision.replace("_", "-") if isinstance(precision, str) else precision,
-                                                        (precision, None))
+    plan["precision"], scaling = _PRECISION_ALIASES.get(_name(precision), (precision, None))
     if scaling:  # the recipe the precision names wins over the framework's default
         plan["fp8_scaling"] = scaling
     if par.get("dp") is not None:
@@ -302,9 +306,8 @@ def _whole_micro_batches(inputs: dict) -> tuple[float, str | None]:
     if abs(published - rounded) > 0.05 * rounded:
         return 1.0, None
     plan["global_batch_size"] = rounded
-    return published / plan["global_batch_size"], (
-        f"global batch {published} rounded to {plan['global_batch_size']} (micro-batch {plan['micro_batch_size']} x dp {dp}); "
-        "the step time is scaled back to the published batch")
+    return published / rounded, (f"global batch {published} rounded to {rounded} (micro-batch {plan['micro_batch_size']} x dp {dp}); "
+                                 "the step time is scaled back to the published batch")
 
 
 def _cluster(case: dict, case_id: str):
