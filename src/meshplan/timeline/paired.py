@@ -34,11 +34,16 @@ def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bo
         recompute_halves(bw, layer.halves)
     for h in reversed(layer.halves):
         backward_half(bw, h)
+    # issue order as Megatron-Core's combined 1F1B runs a layer (model_chunk_schedule_plan.py,
+    # TransformerLayerSchedulePlan.run): the backward's combine before the forward's attention,
+    # the backward's expert MLP before the forward's dispatch, so each stream's order is
+    # comm: combine' | dispatch, dispatch' | combine  and  compute: attention | mlp', mlp | attention'
+    # (DeepSeek-V3 Fig. 4 pairs the same pieces)
     merged: list[Task] = []
     fg, bg = _groups(f.tasks), _groups(bw.tasks)
     for i in range(max(len(fg), len(bg))):
-        merged += fg[i] if i < len(fg) else []
         merged += bg[i] if i < len(bg) else []
+        merged += fg[i] if i < len(fg) else []
     joint = TaskBuilder(name, overlap)
     joint.tasks = merged
     joint.hidden = {t.name for t in merged if t.stream != "compute" and t.parts[0][0] == "ep"}
