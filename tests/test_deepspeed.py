@@ -87,7 +87,7 @@ def test_zero3_prefetch_does_not_follow_the_distributed_optimizers_overlap():
 @pytest.mark.parametrize("spelling", ["Megatron-DeepSpeed", "megatron_deepspeed", "GPT-NeoX", "DeepSpeed"])
 def test_deepspeed_based_frameworks_get_its_preset(spelling):
     assert framework_name(spelling) == "deepspeed"
-    assert framework_name("Composer") == framework_name("PyTorch FSDP") == "llm-foundry"
+    assert framework_name("Composer") == "llm-foundry" and framework_name("PyTorch FSDP") == framework_name("FSDP") == "pytorch-fsdp"
 
 
 def test_published_megatron_deepspeed_runs():

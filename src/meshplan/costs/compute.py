@@ -46,13 +46,25 @@ class Roofline:
     kernels: KernelModels | None = None  # the profile's kernel models, if it has them
     chip: Chip | None = None  # the device for GEMMs, in ``precision``
     attention_chip: Chip | None = None  # the device for attention, in attention_precision()
+    # forward and backward speed of the plan's flash-attention generation, as a fraction of the
+    # profile's fitted attention (Efficiency.attention_kernels; already applied to ``kernels``)
+    attention_speed: tuple[float, float] = (1.0, 1.0)
 
     @classmethod
-    def of(cls, device: Device, efficiency: Efficiency, precision: str) -> "Roofline":
+    def of(cls, device: Device, efficiency: Efficiency, precision: str, attention_kernel: str | None = None) -> "Roofline":
         lookup = efficiency.memory if efficiency.lookup is None else efficiency.lookup
         kernels = efficiency.kernels
         chip = attention_chip = None
+        speed = efficiency.attention_kernels.get(attention_kernel) if attention_kernel else None
+        attention_speed = (speed.forward, speed.backward) if speed is not None else (1.0, 1.0)
         if kernels is not None:
+            if speed is not None:  # an older generation: fewer of the SMs' flop per second reach the math
+                a = kernels.attention
+                slower = a.model_copy(update={
+                    "forward": a.forward.model_copy(update={"sm_fraction": a.forward.sm_fraction * speed.forward}),
+                    "backward": a.backward.model_copy(update={"sm_fraction": a.backward.sm_fraction * speed.backward}),
+                })
+                kernels = kernels.model_copy(update={"attention": slower})
             if device.sm_count is None:
                 raise MeshplanError("device.sm_count", None, f"a whole number: the {device.efficiency} profile times kernels by tiles over the SMs")
             chip = Chip(device.peak(precision), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
@@ -68,6 +80,7 @@ class Roofline:
             kernels=kernels,
             chip=chip,
             attention_chip=attention_chip,
+            attention_speed=attention_speed,
         )
 
     def matmul_s(self, m, k, n, element_bytes):
@@ -92,10 +105,11 @@ class Roofline:
             element = 4.0 if self.precision == "fp32" else 2.0
             return attention_s(shape, self.kernels.attention, element, traffic_bytes, self.attention_chip, backward)
         scale = 2.0 if backward else 1.0
-        return self.attention_s(scale * flop, scale * traffic_bytes)
+        return self.attention_s(scale * flop, scale * traffic_bytes, self.attention_speed[backward])
 
-    def attention_s(self, flop, traffic_bytes):
-        compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.attention, self._size(flop, traffic_bytes)))
+    def attention_s(self, flop, traffic_bytes, speed: float = 1.0):
+        fraction = speed * achieved_fraction(self.efficiency.attention, self._size(flop, traffic_bytes))
+        compute = flop / (self.peak_flop_per_s * fraction)
         return np.maximum(compute, traffic_bytes / self.bytes_per_s) + self.efficiency.kernel_overhead_s
 
     def memory_s(self, traffic_bytes, kind: str = "copy"):

@@ -176,8 +176,8 @@ def cost_program(program: Program) -> CostedProgram:
     s = program.scenario
     device = s.cluster.device
     efficiency = catalog.efficiency(device.efficiency)
-    roof = Roofline.of(device, efficiency, s.plan.precision)
-    wide = Roofline.of(device, efficiency, "bf16") if s.plan.precision in ("fp8", "fp4") else None
+    roof = Roofline.of(device, efficiency, s.plan.precision, s.plan.attention_kernel)
+    wide = Roofline.of(device, efficiency, "bf16", s.plan.attention_kernel) if s.plan.precision in ("fp8", "fp4") else None
     eb = program.element_bytes
     full = s.plan.recompute == "full"
     power = efficiency.power

@@ -75,10 +75,10 @@ def _get(case: dict, path: str, where: str):
 #: other spellings of the catalog's framework names (SCHEMA.md's list is open-ended): Megatron-Bridge
 #: runs Megatron-Core (the megatron-core preset is read from its performance recipes); mcore is
 #: Megatron-Core's own short name; llmfoundry is llm-foundry's package name and Composer its
-#: trainer, whose preset is PyTorch FSDP's defaults; Megatron-DeepSpeed and GPT-NeoX run
+#: trainer; FSDP runs of other trainers take PyTorch FSDP's defaults; Megatron-DeepSpeed and GPT-NeoX run
 #: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO)
 _FRAMEWORK_ALIASES = {"megatron-bridge": "megatron-core", "mcore": "megatron-core", "llmfoundry": "llm-foundry",
-                      "composer": "llm-foundry", "fsdp": "llm-foundry", "pytorch-fsdp": "llm-foundry",
+                      "composer": "llm-foundry", "fsdp": "pytorch-fsdp",
                       "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed"}
 
 

@@ -76,6 +76,16 @@ class AttentionKernel(Spec):
     source: str
 
 
+class AttentionSpeed(Spec):
+    """How fast one flash-attention generation runs on a device family, as a fraction of the
+    family's fitted kernel (``KernelModels.attention``), forward and backward, from published
+    kernel benchmarks (``source``)."""
+
+    forward: Fraction
+    backward: Fraction
+    source: str
+
+
 class MemoryClassKernel(Spec):
     """One class of memory-bound kernel: achieved fraction of HBM bandwidth on the bytes it reads
     once and writes once (above 1 only where the class re-reads from cache), and a fixed cost

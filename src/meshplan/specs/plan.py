@@ -15,8 +15,9 @@ Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "gpipe", "zb-h1", "dualpipe"]
 TPOverlap = Literal["none", "bulk", "pipelined"]
 EPOverlap = Literal["none", "paired"]
-Framework = Literal["megatron-lm", "megatron-core", "nemo", "torchtitan", "deepspeed", "llm-foundry"]
+Framework = Literal["megatron-lm", "megatron-core", "nemo", "torchtitan", "deepspeed", "llm-foundry", "pytorch-fsdp"]
 TrainPrecision = Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
+AttentionGeneration = Literal["flash3", "flash2", "flash1"]
 AXES = ("tp", "cp", "dp", "pp")
 #: collective algorithms a plan may force (meshplan.network.algorithms), and the kinds each runs
 COLLECTIVE_ALGORITHMS: dict[str, tuple[str, ...]] = {
@@ -87,6 +88,12 @@ class Plan(Spec):
     selective_recompute: Literal["attention", "op"] = "attention"
     precision: TrainPrecision = "bf16"
     flash_attention: bool = True
+    # which flash-attention generation runs (None: the newest the device family runs, the one its
+    # kernel model was fitted on); an older one runs at the published fraction of its speed that
+    # the family's profile gives (catalog/efficiency.yaml attention_kernels): "flash3" for
+    # FlashAttention-3 class kernels (FA3, cuDNN's fused attention), "flash2", and "flash1" for
+    # FlashAttention and its Triton port
+    attention_kernel: AttentionGeneration | None = None
     # what runs beside compute (meshplan.timeline.passes); a ``framework`` sets its defaults
     framework: Framework | None = None
     overlap_grad_reduce: bool = True  # gradient buckets reduced during the last micro-batch's backward
