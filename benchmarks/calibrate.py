@@ -5,8 +5,8 @@
 One profile per device family, fitted once over every dense case that runs on it; no per-case
 constants. A profile with kernel models (``kernels:``, meshplan.costs.kernels) keeps their form,
 tiles, K prologue, wave quantization, memory-op classes and launch costs and fits only the
-main-loop fractions of the per-SM peak (GEMM; attention forward and backward) and
-overlap_slowdown. A profile without them fits its curves: each a saturating function of kernel
+main-loop fractions of the per-SM peak (GEMM; flash attention forward and backward, where a
+case runs flash attention) and overlap_slowdown. A profile without them fits its curves: each a saturating function of kernel
 size, e_max / (1 + f_half / flop) (monotone: bigger kernels never run less efficiently),
 tabulated at decades of flop. The loss is the sum of |log(predicted / measured)| (robust to a
 few outliers). The printed YAML goes into src/meshplan/catalog/efficiency.yaml by hand, with the
@@ -22,7 +22,8 @@ import math
 from scipy.optimize import minimize
 
 from meshplan import catalog
-from meshplan.io.validation_cases import load_cases, run_case
+from meshplan.io.validation_cases import case_inputs, load_cases, run_case
+from meshplan.specs.plan import Plan
 
 
 SIZES = [1e8, 1e9, 1e10, 1e11, 1e12, 1e13]
@@ -59,16 +60,21 @@ def fit_kernels(profile: str, cases) -> None:
     """Fit the kernel models' per-SM fractions and overlap_slowdown of ``profile`` on ``cases``."""
     sig = lambda v: 1.0 / (1.0 + math.exp(-v))  # noqa: E731
 
+    k = catalog.efficiency(profile).kernels
+    # flash attention's fractions only where a case runs it (Megatron-LM's runs did not: their
+    # preset times attention as unfused GEMMs and softmax); otherwise they stay as given
+    flash = any(Plan(**case_inputs(c, c["id"])["plan"]).flash_attention for _, c in cases)
+    attention = (k.attention.forward.sm_fraction, k.attention.backward.sm_fraction)
+
     def unpack(x):
-        return tuple(sig(v) for v in x)
+        gemm, *rest, slowdown = (sig(v) for v in x)
+        return (gemm, *(rest if flash else attention), slowdown)
 
     def loss(x):
         _set_kernels(profile, *unpack(x))
         return sum(abs(math.log(r.predicted_step_time_s / r.measured_step_time_s)) for r in (run_case(c, i) for i, c in cases))
 
-    k = catalog.efficiency(profile).kernels
-    start = [k.gemm_of("bf16").sm_fraction, k.attention.forward.sm_fraction, k.attention.backward.sm_fraction,
-             catalog.efficiency(profile).overlap_slowdown]
+    start = [k.gemm_of("bf16").sm_fraction, *(attention if flash else ()), catalog.efficiency(profile).overlap_slowdown]
     best = minimize(loss, [math.log(v / (1.0 - v)) for v in start], method="Nelder-Mead",
                     options={"maxiter": 400, "xatol": 1e-3, "fatol": 1e-4})
     gemm, forward, backward, slowdown = unpack(best.x)

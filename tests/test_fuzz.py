@@ -114,7 +114,7 @@ YAML_VALUE = st.one_of(
         "8", "1", "0", "-4", "1.5", ".nan", ".inf", "-.inf", "1e400", "1e20", "null", "~", "true", "[]", "[0]",
         "[1,2]", "[1, 2, 4, 8]", "[foo]", "[1, .nan]", "{}", "{a: 1}", "foo", "'8'", "[", "{", "]", ": x", "- 1",
         "!!binary aGk=", "2024-01-01", "&a [*a]", "*b", "[[[[[[1]]]]]]", "1_000", "0o17", "!!python/name:os.system",
-        "full", "selective", "gpipe", "1f1b", "bf16", "fp8", "inference", "finetune", "pretrain",
+        "full", "selective", "gpipe", "1f1b", "bf16", "fp8", "inference", "finetune", "pretrain", "flash1", "flash4",
         "[" * 200, "{a: " * 100,
     ]),
     INT_TEXT,
@@ -123,7 +123,7 @@ YAML_VALUE = st.one_of(
 
 PLAN_KEYS = ["tp", "pp", "dp", "cp", "ep", "micro_batch_size", "global_batch_size", "seq_len", "virtual_pipeline_stages",
              "schedule", "zero_stage", "recompute", "precision", "sequence_parallel", "strategy", "first_stage_layers",
-             "last_stage_layers", "zero_shard_size", "order", "flash_attention", "grad_reduce_precision", "tpp"]
+             "last_stage_layers", "zero_shard_size", "order", "flash_attention", "attention_kernel", "zero3_live_params", "grad_reduce_precision", "tpp"]
 TASK_KEYS = ["kind", "train_tokens", "frozen_layers", "freeze_embedding", "batch_size", "prompt_len", "output_len", "epochs"]
 SPACE_KEYS = ["tp", "pp", "cp", "ep", "micro_batch_size", "virtual_pipeline_stages", "schedule", "recompute",
               "zero_stage", "sequence_parallel", "dp", "tpp"]

@@ -71,10 +71,10 @@ def test_an_unknown_generation_is_refused_by_name():
 
 # llm-foundry's MPT tables (tests/data/llm_foundry.yaml, 216 rows, each citing its table; written
 # by benchmarks/import_foundry_tables.py): each GPU's median |error| as measured when the
-# generations landed: H100 3.3% (19.3% with the fitted FlashAttention-3 kernel), A100 40GB 10.0%,
-# A100 80GB 11.8% (too slow at every sequence length by about as much: not attention).
+# generations landed: H100 3.3% (19.3% with the fitted FlashAttention-3 kernel), A100 40GB 7.7%,
+# A100 80GB 9.8% (too slow at every sequence length by about as much: not attention).
 CASES = Path(__file__).parent / "data" / "llm_foundry.yaml"
-GROUP_MEDIAN = {"llm_foundry_h100_80gb": 0.05, "llm_foundry_a100_40gb": 0.12, "llm_foundry_a100_80gb": 0.13}
+GROUP_MEDIAN = {"llm_foundry_h100_80gb": 0.05, "llm_foundry_a100_40gb": 0.10, "llm_foundry_a100_80gb": 0.12}
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_llm_foundry_published_runs(published):
     for group, limit in GROUP_MEDIAN.items():
         errors = [abs(r.relative_error) for r in published.values() if r.group == group]
         assert statistics.median(errors) <= limit, group
-    assert max(abs(r.relative_error) for r in published.values()) < 0.36
+    assert max(abs(r.relative_error) for r in published.values()) < 0.35
 
 
 def test_llm_foundry_error_does_not_grow_with_sequence(published):

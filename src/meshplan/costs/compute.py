@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.costs.efficiency import achieved_fraction
-from meshplan.costs.kernels import AttentionShape, Chip, attention_s, gemm_s, gemm_traffic_bytes, memory_op_s
+from meshplan.costs.kernels import AttentionShape, Chip, attention_s, gemm_s, gemm_traffic_bytes, memory_op_s, unfused_attention_s
 from meshplan.errors import MeshplanError
 from meshplan.specs.device import Device, Efficiency
 from meshplan.specs.kernels import KernelModels
@@ -99,10 +99,14 @@ class Roofline:
 
     def attention_op_s(self, shape: AttentionShape | None, flop, traffic_bytes, backward: bool):
         """One attention call, forward or backward: from its shape where the profile has kernel
-        models (meshplan.costs.kernels.attention_s), else from its flop on the size curve
-        (backward: twice the forward's flop and bytes, COMET Table 1)."""
+        models (meshplan.costs.kernels.attention_s; unfused_attention_s without flash fusion),
+        else from its flop on the size curve (backward: twice the forward's flop and bytes, COMET
+        Table 1)."""
         if self.kernels is not None and shape is not None:
             element = 4.0 if self.precision == "fp32" else 2.0
+            if not shape.flash:
+                gemm = self.kernels.gemm_of(attention_precision(self.precision))
+                return unfused_attention_s(shape, gemm, self.kernels.memory, element, self.attention_chip, backward)
             return attention_s(shape, self.kernels.attention, element, traffic_bytes, self.attention_chip, backward)
         scale = 2.0 if backward else 1.0
         return self.attention_s(scale * flop, scale * traffic_bytes, self.attention_speed[backward])

@@ -18,6 +18,9 @@ from meshplan.workloads.ops import AttentionShape
 #: two (it recomputes the scores), 2.5x the forward's flop
 BACKWARD_FLOP_RATIO = 2.5
 
+#: a dropout mask element is one byte (Korthikanti et al. 2022, Sec. 4.1)
+DROPOUT_MASK_BYTES = 1.0
+
 #: bytes of one fp32 partial output element of a split-K GEMM
 PARTIAL_BYTES = 4.0
 
@@ -115,6 +118,35 @@ def attention_s(shape: AttentionShape, a: AttentionKernel, element_bytes: float,
     if backward:
         return attention_pass_s(shape, a.backward, a.block_q, BACKWARD_FLOP_RATIO, element_bytes, 2.0 * traffic_bytes, chip)
     return attention_pass_s(shape, a.forward, a.block_q, 1.0, element_bytes, traffic_bytes, chip)
+
+
+def unfused_attention_s(shape: AttentionShape, g: GemmKernel, mem: MemoryKernels, element_bytes: float, chip: Chip,
+                        backward: bool = False):
+    """Attention without flash fusion, as Megatron-LM ran it before FlashAttention (its
+    CoreAttention: baddbmm scores, fused scale-mask-softmax, dropout, bmm with V): batched GEMMs
+    over the whole b·a·s·kv score square (the causal mask is applied to scores already
+    computed), timed as GEMMs with the same tiles, and memory-bound passes over the scores.
+    Forward: S = Q·Kᵀ, softmax (read, write), dropout (read, write, a byte of mask), O = P·V.
+    Backward: dP = dO·Vᵀ, dV = Pᵀ·dO, dropout's and softmax's backward (read dP and the mask,
+    write; read P and dP, write dS), dQ = dS·K, dK = dSᵀ·Q: twice the forward's GEMM flop."""
+    rows = shape.batch * shape.heads * shape.seq  # query rows of every head
+    kv_rows = shape.batch * shape.heads * shape.kv
+    scores = rows * shape.kv
+
+    def gemm(m, k, n):
+        return gemm_s(m, k, n, element_bytes, g, chip)
+
+    def stream(bytes_per_score, kind):
+        return memory_op_s(scores * bytes_per_score, kind, mem, chip.hbm_bytes_per_s)
+
+    read = 0.5 if shape.causal else 1.0  # of each score tensor the softmax reads: a causal row's own keys
+    dropout = stream(2.0 * element_bytes + DROPOUT_MASK_BYTES, "copy")
+    if not backward:
+        softmax = stream((read + 1.0) * element_bytes, "copy")
+        return gemm(rows, shape.qk_dim, shape.kv) + softmax + dropout + gemm(rows, shape.kv, shape.v_dim)
+    softmax = stream((2.0 * read + 1.0) * element_bytes, "copy")
+    return (gemm(rows, shape.v_dim, shape.kv) + gemm(kv_rows, shape.seq, shape.v_dim) + dropout + softmax
+            + gemm(rows, shape.kv, shape.qk_dim) + gemm(kv_rows, shape.seq, shape.qk_dim))
 
 
 def memory_op_s(traffic_bytes, kind: str, mem: MemoryKernels, hbm_bytes_per_s: float):

@@ -183,6 +183,7 @@ def stage_memory(
     head_activations: float,
     tail_activations: float,
     gathered_layer_params: float,
+    gathered_module_params: float,
     stage: int,
     micro_batches: int,
     x_bytes: float,
@@ -216,8 +217,12 @@ def stage_memory(
     activations = sum(per_layer * layers for per_layer, layers in layer_activations) * in_flight
     activations += head_activations * in_flight + tail_activations + recompute_buffer
     # ZeRO-3 / FSDP hold the layer in use and the one prefetched, unsharded (never more than the
-    # device's own weights; nothing is gathered without data parallelism)
-    gathered = min(2.0 * gathered_layer_params, params) * state.weight if zero == 3 and dp > 1 else 0.0
+    # device's own weights; nothing is gathered without data parallelism), or with a live limit
+    # (DeepSpeed) the limit's worth of modules, at least the largest whole
+    live = min(2.0 * gathered_layer_params, params)
+    if plan.zero3_live_params is not None:
+        live = min(live, max(plan.zero3_live_params, gathered_module_params))
+    gathered = live * state.weight if zero == 3 and dp > 1 else 0.0
     sharded_weights = zero == 3 and dp > 1
     fp8_stored = plan.fp8_params or frozen_weight_bytes == LORA_BASE_BYTES["fp8"]
     quantized = low_precision_weight_bytes(plan.precision, low_precision_params, gathered_low_precision_params, sharded_weights,

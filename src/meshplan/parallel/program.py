@@ -390,6 +390,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             head_activations=0.0 if freeze_embedding else sum(saved_bytes(op.saved, tp, cp, sp, False) for op in head_ops),
             tail_activations=sum(saved_bytes(op.saved, tp, cp, sp, False) for op in tail_ops),
             gathered_layer_params=max((kinds[k].params + kinds[k].expert_params for k, _, _ in counts), default=0.0),
+            gathered_module_params=max((param_share(o.op, tp) for k, _, _ in counts for o in kinds[k].ops if not o.op.expert), default=0.0),
             low_precision_params=sum(kinds[k].low_precision_params * n for k, n, _ in counts),
             gathered_low_precision_params=max((kinds[k].low_precision_params for k, _, _ in counts), default=0.0),
             stage=stage,

@@ -101,6 +101,10 @@ class Plan(Spec):
     # (Megatron-Core --overlap-param-gather), or blocks after the optimizer step (DeepSpeed)
     overlap_param_gather: bool = True
     prefetch_layers: Natural = 1  # how many layers ahead ZeRO-3/FSDP gathers run (0: each waits for its own)
+    # ZeRO-3 keeps at most this many gathered parameters live, gathering module by module
+    # (DeepSpeed's stage3_max_live_parameters; a module larger than it is still gathered whole);
+    # None: whole layers, the one in use and the one prefetched (FSDP wraps each block)
+    zero3_live_params: float | None = Field(default=None, gt=0)
     tp_overlap: TPOverlap = "none"  # tensor-parallel collectives: blocking, bulk (backward), pipelined
     cp_overlap: bool = True  # ring attention: the next K/V block arrives while this one is computed
     ep_overlap: EPOverlap = "none"  # expert all-to-all blocking, or beside another micro-batch's compute
