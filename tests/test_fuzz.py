@@ -123,7 +123,7 @@ YAML_VALUE = st.one_of(
 
 PLAN_KEYS = ["tp", "pp", "dp", "cp", "ep", "micro_batch_size", "global_batch_size", "seq_len", "virtual_pipeline_stages",
              "schedule", "zero_stage", "recompute", "precision", "sequence_parallel", "strategy", "first_stage_layers",
-             "last_stage_layers", "zero_shard_size", "order", "flash_attention", "attention_kernel", "zero3_live_params", "grad_reduce_precision", "tpp"]
+             "last_stage_layers", "zero_shard_size", "order", "flash_attention", "attention_kernel", "zero3_live_params", "fused_loss", "grad_reduce_precision", "tpp"]
 TASK_KEYS = ["kind", "train_tokens", "frozen_layers", "freeze_embedding", "batch_size", "prompt_len", "output_len", "epochs"]
 SPACE_KEYS = ["tp", "pp", "cp", "ep", "micro_batch_size", "virtual_pipeline_stages", "schedule", "recompute",
               "zero_stage", "sequence_parallel", "dp", "tpp"]

@@ -258,7 +258,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     if (s.task.kind == "inference") != (phase is not None):
         raise ValueError("an inference task is built per serving phase, a training task without one")
     if phase is None:
-        graph = lower_task(model, s.task, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention)
+        graph = lower_task(model, s.task, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention, plan.fused_loss)
     else:
         _check_serving(s)
         graph = lower(model, s.task.batch_size // (plan.dp or 1), phase.seq_len, act_bytes, plan.flash_attention,

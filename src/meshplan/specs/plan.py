@@ -94,6 +94,9 @@ class Plan(Spec):
     # FlashAttention-3 class kernels (FA3, cuDNN's fused attention), "flash2", and "flash1" for
     # FlashAttention and its Triton port
     attention_kernel: AttentionGeneration | None = None
+    # the cross-entropy as one fused kernel over the 16-bit logits (flash-attn's xentropy,
+    # Megatron-Core's cross-entropy fusion), or PyTorch's fp32 passes (workloads.transformer.cross_entropy_op)
+    fused_loss: bool = False
     # what runs beside compute (meshplan.timeline.passes); a ``framework`` sets its defaults
     framework: Framework | None = None
     overlap_grad_reduce: bool = True  # gradient buckets reduced during the last micro-batch's backward

@@ -73,10 +73,11 @@ def with_adapters(graph: Graph, rank: int, targets: str, act_bytes: float) -> Gr
     return replace(graph, blocks=tuple(adapt(b) for b in graph.blocks), tail=tail)
 
 
-def lower_task(model, task, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool) -> Graph:
+def lower_task(model, task, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool,
+               fused_loss: bool = False) -> Graph:
     """The training graph of one micro-batch for ``task`` (a specs.plan.Task): the model lowered
     (meshplan.workloads.transformer.lower), with adapters and frozen base weights for LoRA."""
-    graph = lower(model, micro_batch, seq_len, act_bytes, flash_attention)
+    graph = lower(model, micro_batch, seq_len, act_bytes, flash_attention, fused_loss=fused_loss)
     return with_adapters(graph, task.lora_rank, task.lora_targets, act_bytes) if task.lora_rank else graph
 
 

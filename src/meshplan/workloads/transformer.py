@@ -228,15 +228,29 @@ def block_einsums(name: str, ops: tuple[Op, ...]) -> tuple[Block, ...]:
     )
 
 
+def cross_entropy_op(tokens: float, vocab: float, act_bytes: float, fused: bool) -> Op:
+    """The loss over the vocabulary shard. Unfused (PyTorch's cross_entropy under autocast): the
+    logits cast to fp32 and kept, log-softmax written and read, three fp32 passes over the logits
+    (Korthikanti: 4·s·b·v/t bytes kept), at softmax's bandwidth. Fused (flash-attn's xentropy
+    kernel, llm-foundry's default loss; Megatron-Core's cross-entropy fusion): one pass reading
+    the 16-bit logits, which are what it keeps, and a backward that reads them and writes their
+    gradient, streaming as a copy."""
+    if fused:
+        return Op("cross_entropy", "elementwise", "tp", flop=5.0 * tokens * vocab, bytes=tokens * vocab * act_bytes,
+                  saved=(Saved("logits", act_bytes * tokens * vocab, "tp"),), memory_class="copy")
+    return Op("cross_entropy", "elementwise", "tp", flop=5.0 * tokens * vocab, bytes=3.0 * tokens * vocab * 4.0,
+              saved=(Saved("logits_fp32", 4.0 * tokens * vocab, "tp"),), memory_class="softmax")
+
+
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True,
-          kv_len: int | None = None, logits_per_sequence: int | None = None) -> Graph:
+          kv_len: int | None = None, logits_per_sequence: int | None = None, fused_loss: bool = False) -> Graph:
     """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss; of a
     block model (``model.block``), that block's einsums only (block_einsums).
 
     Serving lowers a prefill or a decode step: ``seq_len`` new tokens per sequence attend to
     ``kv_len`` keys (layer_blocks), and only the last ``logits_per_sequence`` positions of each
     sequence go through the final norm, logits and sampling (default: every position, as in
-    training).
+    training). ``fused_loss``: the cross-entropy is one fused kernel (cross_entropy_op).
     """
     if model.block != "layer":  # one block, no embedding, output layer or loss
         kv = kv_len or seq_len
@@ -263,9 +277,7 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
         (
             Op("norm_final", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_final_in", x, "sp"),), memory_class="norm"),
             _matmul("logits", t, h, v, "n", 0.0 if model.tied_embeddings else v * h, (Saved("logits_in", x, "sp"),), low_precision=False),
-            # cross-entropy in fp32 over the vocabulary shard (Korthikanti: 4·s·b·v/t bytes)
-            Op("cross_entropy", "elementwise", "tp", flop=5.0 * t * v, bytes=3.0 * t * v * 4.0, saved=(Saved("logits_fp32", 4.0 * t * v, "tp"),),
-               memory_class="softmax"),
+            cross_entropy_op(t, v, act_bytes, fused_loss),
         ),
         1,
     )
