@@ -7,7 +7,9 @@ import pytest
 
 from meshplan import api, catalog
 from meshplan.costs import costed
-from meshplan.costs.power import capped_scale, dynamic_energy_j
+from meshplan.costs.compute import Roofline
+from meshplan.costs.power import backward_energy_work, capped_scale, dynamic_energy_j, executed_attention_fraction, op_work
+from meshplan.parallel.program import build_program
 
 DATA = Path(__file__).parent / "data" / "h100-sxm"
 H100 = catalog.device("h100-sxm5-80gb")
@@ -71,3 +73,25 @@ def test_a_tdp_below_idle_power_is_refused():
     cluster.update(id="toy-cluster", device=device)
     with pytest.raises(Exception, match="tdp_w"):
         api.estimate("llama3-8b", cluster, num_devices=8, tp=1, global_batch_size=8)
+
+
+def test_causal_flash_attention_draws_for_the_half_it_computes():
+    """Attention's flop count is the whole score square (Megatron's convention); a causal flash
+    kernel computes the blocks below the diagonal, about half, and its backward 2.5 forwards'
+    worth (it recomputes the scores). At FlashAttention-3's speed, a 16K causal call on a 700 W
+    H100 draws about 75 + 600 TFLOP/s x 0.835 pJ = 576 W: under the cap, so not slowed; counted
+    on the full square it would have been slowed by a third or more."""
+    plan = dict(tp=1, dp=1, micro_batch_size=1, global_batch_size=1, seq_len=16384)
+    program = build_program(api.scenario("llama3-8b", "dgx-h100", plan, 1))
+    attention = next(o for o in program.kinds["dense_layer"].ops if o.op.name == "attention")
+    assert executed_attention_fraction(attention) == pytest.approx((16384 + 128) / 2 / 16384)
+    assert op_work(attention, "bf16", 2.0).flop == pytest.approx(attention.flop * (16384 + 128) / 2 / 16384)
+    assert backward_energy_work(attention) == 2.5
+    costed_program = costed.cost_program(program)
+    times = costed_program.kinds["dense_layer"].ops["attention"]
+    uncapped = costed.op_times(attention, Roofline.of(H100, catalog.efficiency("hopper"), "bf16"), 2.0)
+    assert times.forward_s == pytest.approx(uncapped.forward_s) and times.backward_s == pytest.approx(uncapped.backward_s)
+    # unfused attention computes the whole square
+    unfused = build_program(api.scenario("llama3-8b", "dgx-h100", {**plan, "flash_attention": False}, 1))
+    plain = next(o for o in unfused.kinds["dense_layer"].ops if o.op.name == "attention")
+    assert executed_attention_fraction(plain) == 1.0 and backward_energy_work(plain) == 2.0

@@ -9,12 +9,11 @@ from meshplan import catalog
 from meshplan.costs.collectives import plan_collective_s
 from meshplan.costs.compute import Roofline
 from meshplan.costs.offload import OffloadTimes, offload_times
-from meshplan.costs.power import WorkTally, capped_scale
+from meshplan.costs.power import WorkTally, backward_energy_work, capped_scale
 from meshplan.errors import MeshplanError
 from meshplan.parallel.program import Comm, Program, host_devices
 from meshplan.parallel.shard import ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT
-from meshplan.workloads.ops import backward_work
 
 #: the reverse of each collective in backward (all-gather's gradient is a reduce-scatter)
 BACKWARD_OF = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "send_recv": "send_recv", "all_to_all": "all_to_all"}
@@ -122,7 +121,7 @@ class KindTimes:
 
 
 def _work_j(op: ShardedOp, power, precision: str, element_bytes: float, times: float) -> float:
-    """Dynamic energy of ``times`` forwards' worth of ``op`` (workloads.ops.backward_work)."""
+    """Dynamic energy of ``times`` forwards' worth of ``op`` (costs.power.backward_energy_work)."""
     tally = WorkTally(precision, element_bytes)
     tally.add(op, times)
     return tally.energy_j(power)
@@ -142,7 +141,7 @@ def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Ro
         t = times[op.op.name]
         forward_j = _work_j(op, power, precision, element_bytes, 1.0)
         f = capped_scale(power, tdp_w, forward_j, t.forward_s)
-        b = capped_scale(power, tdp_w, forward_j * backward_work(op.op), t.backward_s)
+        b = capped_scale(power, tdp_w, forward_j * backward_energy_work(op), t.backward_s)
         out[op.op.name] = t if f == b == 1.0 else OpTimes(t.forward_s * f, t.backward_s * b, t.weight_s * b)
     return out
 

@@ -16,7 +16,9 @@
   step it are in the host's watts, counted only where the task gives them.
 
 Backward does twice the forward's work (COMET Table 1), a frozen weight's GEMM (LoRA's base) once
-(workloads.ops.backward_work); recomputed ops run their forward again; frozen layers run forward
+(workloads.ops.backward_work), flash attention 2.5 times its forward, the causal half of the
+score square it computes (costs.power.backward_energy_work, executed_attention_fraction);
+recomputed ops run their forward again; frozen layers run forward
 only. Power capping stretches time, not energy: the energy per unit
 of work is fixed (meshplan.costs.power), so energy and time stay consistent.
 """
@@ -29,14 +31,13 @@ from dataclasses import dataclass, field, replace
 from meshplan.costs.collectives import GroupSpan
 from meshplan.costs.costed import ADAM_BYTES_PER_PARAM, BACKWARD_OF, CostedProgram
 from meshplan.costs.offload import offload_energy_j, offload_traffic
-from meshplan.costs.power import WorkTally, dynamic_energy_j
+from meshplan.costs.power import WorkTally, backward_energy_work, dynamic_energy_j
 from meshplan.errors import MeshplanError
 from meshplan.network.algorithms import PASSES
 from meshplan.network.tuner import choose
 from meshplan.parallel.program import Comm
 from meshplan.parallel.shard import ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT, PowerModel
-from meshplan.workloads.ops import backward_work
 
 BITS_PER_BYTE = 8.0
 
@@ -136,9 +137,10 @@ class _Tally(WorkTally):
         self.kind_link: dict[str, dict[int, float]] = {}  # collective type -> bytes per level index
 
     def ops(self, ops: tuple[ShardedOp, ...] | list[ShardedOp], times: float, backward: float = 0.0) -> None:
-        """``times`` forwards of each op and ``backward`` backwards (each backward_work forwards' worth)."""
+        """``times`` forwards of each op and ``backward`` backwards (each backward_energy_work
+        forwards' worth)."""
         for op in ops:
-            self.add(op, times + backward * backward_work(op.op))
+            self.add(op, times + backward * backward_energy_work(op))
 
     def comms(self, comms: tuple[Comm, ...], times: float, backward: bool = False) -> None:
         for c in comms:

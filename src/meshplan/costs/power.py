@@ -19,8 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshplan.costs.kernels import BACKWARD_FLOP_RATIO, keys_per_query
 from meshplan.specs.device import PowerModel
-from meshplan.workloads.ops import OP_KIND
+from meshplan.workloads.ops import OP_KIND, backward_work
+
+#: the query block of a flash-attention tile (FlashAttention-2, head dim 128; AttentionKernel.block_q)
+FLASH_BLOCK_Q = 128
 
 
 @dataclass(frozen=True)
@@ -33,9 +37,29 @@ class Work:
     hbm_bytes: float
 
 
+def executed_attention_fraction(op) -> float:
+    """Of a sharded attention op's flop (the full score square, Megatron's count), what its
+    kernel computes: flash attention skips the blocks a causal mask hides (keys_per_query, as
+    its time is modelled); unfused attention computes the whole square."""
+    shape = getattr(op, "attention", None)
+    if shape is None or not shape.flash or not shape.causal or shape.kv <= 0:
+        return 1.0
+    return float(keys_per_query(shape.seq, shape.kv, True, FLASH_BLOCK_Q)) / shape.kv
+
+
+def backward_energy_work(op) -> float:
+    """Forwards' worth of computed work in a sharded op's backward: flash attention's backward
+    recomputes the scores (BACKWARD_FLOP_RATIO forwards), every other op as backward_work."""
+    shape = getattr(op, "attention", None)
+    if op.op.kind == "attention" and shape is not None and shape.flash:
+        return BACKWARD_FLOP_RATIO
+    return backward_work(op.op)
+
+
 def op_work(op, plan_precision: str, element_bytes: float) -> Work:
     """The forward work of a sharded op (meshplan.parallel.program.ShardedOp). Low-precision
-    GEMMs run in the plan's precision; attention, the router and the output layer in 16 bits."""
+    GEMMs run in the plan's precision; attention, the router and the output layer in 16 bits.
+    Attention counts the flop its kernel computes (executed_attention_fraction)."""
     inner = op.op
     if inner.kind == "matmul":
         low = inner.low_precision or plan_precision not in ("fp8", "fp4")
@@ -44,7 +68,8 @@ def op_work(op, plan_precision: str, element_bytes: float) -> Work:
         # of work a training step counts for a GEMM
         casts = sum(op.cast_bytes) / 3.0
         return Work(precision, op.flop, (op.m * op.k + op.k * op.n + op.m * op.n) * element_bytes + casts)
-    return Work("fp32" if plan_precision == "fp32" else "bf16", op.flop, op.bytes)
+    flop = op.flop * executed_attention_fraction(op) if inner.kind == "attention" else op.flop
+    return Work("fp32" if plan_precision == "fp32" else "bf16", flop, op.bytes)
 
 
 class WorkTally:
