@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from meshplan.specs.base import Bytes, BytesPerS, FlopPerS, Fraction, Seconds, Spec
-from meshplan.specs.kernels import AttentionSpeed, KernelModels
+from meshplan.specs.kernels import AttentionGeneration, AttentionSpeed, KernelModels
 
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
@@ -88,7 +88,7 @@ class Efficiency(Spec):
     kernels: KernelModels | None = None
     # flash-attention generations other than the one the family's attention was fitted on, each
     # at its published fraction of that speed (plan.attention_kernel); one not listed runs as fitted
-    attention_kernels: dict[Literal["flash3", "flash2", "flash1"], AttentionSpeed] = Field(default_factory=dict)
+    attention_kernels: dict[AttentionGeneration, AttentionSpeed] = Field(default_factory=dict)
     # sustained power: work drawing more than the device's TDP runs at lower clocks; None: the
     # family has no power measurement and runs uncapped (its fit then absorbs the cap)
     power: PowerModel | None = None

@@ -13,6 +13,10 @@ from pydantic import Field, model_validator
 
 from meshplan.specs.base import Fraction, Seconds, Spec
 
+#: flash-attention generations (plan.attention_kernel, Efficiency.attention_kernels): FlashAttention-3
+#: class (FA3, cuDNN's fused attention), FlashAttention-2, FlashAttention and its Triton port
+AttentionGeneration = Literal["flash3", "flash2", "flash1"]
+
 #: memory-bound kernel classes, by how fast they stream (memory_ops.csv of the calibration data)
 MemoryClass = Literal["copy", "add", "activation", "gated_activation", "norm", "softmax", "optimizer"]
 

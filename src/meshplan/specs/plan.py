@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from meshplan.errors import MeshplanError
 from meshplan.specs.base import Count, Natural, Spec
+from meshplan.specs.kernels import AttentionGeneration
 
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "gpipe", "zb-h1", "dualpipe"]
@@ -17,7 +18,6 @@ TPOverlap = Literal["none", "bulk", "pipelined"]
 EPOverlap = Literal["none", "paired"]
 Framework = Literal["megatron-lm", "megatron-core", "nemo", "torchtitan", "deepspeed", "llm-foundry", "pytorch-fsdp"]
 TrainPrecision = Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
-AttentionGeneration = Literal["flash3", "flash2", "flash1"]
 AXES = ("tp", "cp", "dp", "pp")
 #: collective algorithms a plan may force (meshplan.network.algorithms), and the kinds each runs
 COLLECTIVE_ALGORITHMS: dict[str, tuple[str, ...]] = {
