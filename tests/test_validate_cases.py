@@ -124,6 +124,17 @@ def test_framework_spellings_pick_the_catalog_preset(spelling):
     assert framework_name("maxtext") is None and framework_name(None) is None
 
 
+@pytest.mark.parametrize("spelling, preset", [
+    ("NeMo 2.0", "nemo"), ("Megatron-LM v3", "megatron-lm"), ("DeepSpeed 0.9.2", "deepspeed"), ("torchtitan", "torchtitan"),
+    ("MosaicML Composer", "llm-foundry"), ("llm-foundry 0.10", "llm-foundry"), ("FSDP2", "pytorch-fsdp"),
+])
+def test_framework_names_may_carry_a_version(spelling, preset):
+    from meshplan.io.validation_cases import framework_name
+
+    assert framework_name(spelling) == preset
+    assert framework_name("megatron-9000-lm") is None  # only a trailing version is dropped
+
+
 def test_a_case_may_carry_its_pipeline_layout():
     staged = case(parallelism__pp=2, parallelism__dp=16, batch__global_batch_sequences=512)
     even = run_case(staged, 0)

@@ -16,6 +16,7 @@ of the same nodes: the measurement shows the system existed at that size.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,10 +76,11 @@ def _get(case: dict, path: str, where: str):
 #: other spellings of the catalog's framework names (SCHEMA.md's list is open-ended): Megatron-Bridge
 #: runs Megatron-Core (the megatron-core preset is read from its performance recipes); mcore is
 #: Megatron-Core's own short name; llmfoundry is llm-foundry's package name and Composer its
-#: trainer; FSDP runs of other trainers take PyTorch FSDP's defaults; Megatron-DeepSpeed and GPT-NeoX run
+#: trainer (MosaicML's); FSDP runs of other trainers take PyTorch FSDP's defaults; Megatron-DeepSpeed and GPT-NeoX run
 #: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO)
 _FRAMEWORK_ALIASES = {"megatron-bridge": "megatron-core", "mcore": "megatron-core", "llmfoundry": "llm-foundry",
-                      "composer": "llm-foundry", "fsdp": "pytorch-fsdp",
+                      "composer": "llm-foundry", "mosaicml": "llm-foundry", "mosaicml-composer": "llm-foundry",
+                      "mosaicml-llm-foundry": "llm-foundry", "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp",
                       "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed"}
 
 
@@ -122,11 +124,15 @@ def _recompute(value):
 
 
 def framework_name(value) -> str | None:
-    """The catalog framework a case's ``framework`` names, or None (meshplan's own defaults)."""
+    """The catalog framework a case's ``framework`` names, or None (meshplan's own defaults). A
+    trailing version is not part of the name ("NeMo 2.0", "Megatron-LM v3", "DeepSpeed 0.9.2")."""
     if not isinstance(value, str):
         return None
-    name = _FRAMEWORK_ALIASES.get(_name(value), _name(value))
-    return name if name in catalog.frameworks() else None
+    for name in (_name(value), re.sub(r"-v?\d[\d.]*$", "", _name(value))):
+        name = _FRAMEWORK_ALIASES.get(name, name)
+        if name in catalog.frameworks():
+            return name
+    return None
 
 
 def case_inputs(case: dict, where: str) -> dict:
