@@ -25,8 +25,9 @@ BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (
 
 
 def measured_cluster(system: str):
-    """The catalog cluster each published system is: ND H100 v5 and the H100 nodes of nccl-tests
-    issues 290 and 309 (8 H100 SXM, 8 NDR 400G NICs each) are DGX H100-shaped HGX nodes, NDm A100
+    """The catalog cluster each published system is: ND H100 v5, the H100 nodes of nccl-tests
+    issues 290 and 309 (8 H100 SXM, 8 NDR 400G NICs each) and NCCL issue 1047's node (8 H100 SXM
+    on NVSwitch) are DGX H100-shaped HGX nodes, NDm A100
     v4 a DGX A100-shaped one (8 HDR NICs, one per GPU)."""
     return catalog.cluster("dgx-h100" if system.startswith(("nd-h100", "h100")) else "dgx-a100-80gb")
 
