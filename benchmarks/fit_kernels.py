@@ -1,5 +1,6 @@
-"""Fit a device family's kernel models (GEMM, FP8 GEMM, attention, memory-bound kernels) on
-measured kernels, and print the profile's ``kernels:`` block.
+"""Fit a device family's kernel models (GEMM, FP8 GEMM, attention, memory-bound kernels, and the
+host's dispatch where whole layers were measured) on measured kernels, and print the profile's
+``kernels:`` block.
 
     python benchmarks/fit_kernels.py tests/data/h100-sxm --device h100-sxm5-80gb
 
@@ -47,6 +48,9 @@ def main() -> None:
         print(f"        {name}: {{fraction: {c.fraction:.4f}, launch_s: {us(c.launch_s)}}}")
     print(f"      isolated_floor_s: {us(memory_kernels.isolated_floor_s)}")
     print(f"      isolated_overhead_s: {us(memory_kernels.isolated_overhead_s)}")
+    host = fit.kernels.host
+    if host is not None:
+        print(f"    host: {{forward_s: {us(host.forward_s)}, backward_s: {us(host.backward_s)}}}  # {host.source}")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from meshplan.io.profile import load_profile
 REPO = Path(__file__).resolve().parents[1]
 H100 = REPO.parent / "shared" / "calibration" / "h100-sxm"
 needs_h100 = pytest.mark.skipif(not H100.is_dir(), reason="shared/calibration is not checked out beside the repo")
-KERNEL_FILES = ("gemm_bf16.csv", "attention.csv", "memory_ops.csv")
+KERNEL_FILES = ("gemm_bf16.csv", "attention.csv", "memory_ops.csv", "layer.csv")
 TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
         "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 256,
         "max_position_embeddings": 128, "hidden_act": "silu"}
@@ -75,6 +75,9 @@ def test_kernel_files_have_the_shipped_columns_and_positive_times(measured):
         for row in rows:
             times = [float(row[c]) for c in ("time_s", "fwd_s", "fwd_bwd_s") if c in row]
             assert times and all(t > 0 for t in times)
+    layers = _rows(measured / "layer.csv")  # the probe and the model's layer on its --quick rank
+    assert [r["model"] == "probe" for r in layers] == [True, False] and layers[1]["tp"] == "2"
+    assert all(float(r["fwd_bwd_s"]) > float(r["fwd_s"]) for r in layers)
     gemms = _rows(measured / "gemm_bf16.csv")
     assert {r["pass"] for r in gemms} == {"fwd", "dgrad", "wgrad"}
     assert {r["tp"] for r in gemms if r["model"] != "square"} == {"2"}  # --quick: the largest degree only
@@ -217,6 +220,18 @@ def test_model_shapes_are_the_shipped_h100_shapes():
 
 
 @needs_h100
+def test_layer_cases_are_the_model_on_each_rank_and_the_probe():
+    from meshplan.calibrate.shapes import FULL, layer_cases
+
+    cases = layer_cases(catalog.model("llama3-8b"), (1, 8), FULL)
+    assert cases[0].model == "probe" and cases[0].params < 5e6  # microseconds of kernels
+    rank8 = [c for c in cases if c.tp == 8]
+    assert [c.seq for c in rank8] == [2048, 4096]
+    assert (rank8[0].heads, rank8[0].kv_heads, rank8[0].ffn, rank8[0].gated) == (4, 1, 1792, True)
+    assert rank8[0].params == 27271168  # the H100 file's llama3-8b layer at tp 8 (layer_params)
+    assert [c.model for c in layer_cases(catalog.model("deepseek-v3"), (1,), FULL)] == ["probe"]  # MoE and MLA: the probe only
+
+
 def test_the_fit_of_the_shipped_h100_data():
     """Large GEMMs (>= 1e11 flop) ran at 0.44-0.78 of the bf16 peak; the fitted curve sits inside
     that range there, and predicts the measured GEMM times to a median 10%."""
@@ -232,6 +247,9 @@ def test_the_fit_of_the_shipped_h100_data():
     assert profile["fit"]["matmul"]["median_abs_error"] < 0.10
     assert 0.5 < efficiency.memory <= 1.0  # a streaming copy moved 2.97 of 3.35 TB/s
     assert "NVIDIA H100" in efficiency.source
+    # its decoder layers give the host's dispatch, as the catalog's Hopper profile has it
+    assert efficiency.kernels.host.forward_s == pytest.approx(catalog.efficiency("hopper").kernels.host.forward_s, rel=1e-3)
+    assert efficiency.kernels.host.backward_s == pytest.approx(catalog.efficiency("hopper").kernels.host.backward_s, rel=1e-3)
 
 
 def _synthetic(folder: Path, device, e_max: float, f_half: float, memory: float, overhead: float, noise=None) -> None:

@@ -3,7 +3,8 @@
 Every row of the GEMM, FP8 GEMM, attention (forward and backward) and memory-op files is
 predicted by meshplan.costs.kernels with the catalog's Hopper profile: median |error| <= 5% and
 p90 <= 15% per file (issue 10's bar). Whole decoder layers (layer.csv: one TP rank, eager PyTorch,
-no communication) are built by meshplan's own lowering, sharding and op_times: median <= 10%.
+no communication) are built by meshplan's own lowering, sharding, op_times and the host's dispatch
+floor: median <= 10%, none over 16%.
 An isolated call is compared as max(the harness's floor, kernel time + the harness's per-call
 overhead) (specs.kernels.KernelModels); layers run back to back and get neither.
 """
@@ -18,7 +19,7 @@ import pytest
 
 from meshplan import catalog
 from meshplan.costs.compute import Roofline
-from meshplan.costs.costed import op_times
+from meshplan.costs.costed import host_bound, op_times
 from meshplan.costs.kernels import Chip, attention_s, gemm_s, memory_op_s
 from meshplan.errors import MeshplanError
 from meshplan.parallel.shard import shard_op
@@ -118,17 +119,21 @@ def layer_times_s(name: str, tp: int, micro_batch: int, seq: int) -> tuple[float
     communication), through meshplan's lowering, sharding and op costs on one H100 in bf16."""
     roof = Roofline.of(DEVICE, catalog.efficiency(DEVICE.efficiency), "bf16")
     (block,) = layer_blocks(layer_model(name), micro_batch, seq, 2.0, flash_attention=True)
-    times = [op_times(shard_op(op, tp, 1, False), roof, 2.0) for op in block.ops]
+    times = host_bound({op.name: op_times(shard_op(op, tp, 1, False), roof, 2.0) for op in block.ops}, KERNELS.host).values()
     forward = sum(t.forward_s for t in times)
     return forward, forward + sum(t.backward_s for t in times)
 
 
 def test_whole_decoder_layers_match_measured_layers():
+    """Median within 10%, and no layer off by more than 16% now that the smallest wait for their
+    host's dispatch (specs.kernels.HostDispatch; 54% short on their kernels alone)."""
     data = rows("layer.csv")
     assert len(data) == 80
     predicted = [layer_times_s(r["model"], int(r["tp"]), int(r["micro_batch"]), int(r["seq"])) for r in data]
-    assert_errors([p[0] for p in predicted], [float(r["fwd_s"]) for r in data], 0.10, 1.0)
-    assert_errors([p[1] for p in predicted], [float(r["fwd_bwd_s"]) for r in data], 0.10, 1.0)
+    assert_errors([p[0] for p in predicted], [float(r["fwd_s"]) for r in data], 0.10, 0.16)
+    assert_errors([p[1] for p in predicted], [float(r["fwd_bwd_s"]) for r in data], 0.10, 0.16)
+    for p, r in zip(predicted, data):
+        assert p[1] == pytest.approx(float(r["fwd_bwd_s"]), rel=0.16)
 
 
 def test_fp8_gemm_is_faster_than_bf16_but_not_twice():

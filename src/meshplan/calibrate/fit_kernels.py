@@ -7,7 +7,9 @@ each kind on its own file. Each measured time is an isolated, synchronised call,
 prediction compared is max(isolated floor, kernel time + the harness's per-call overhead); the
 floor is fitted, the overhead is the difference between the 2048^3 GEMM (and the 1 GiB copy)
 timed alone and back to back (power.csv), and estimates use neither (specs.kernels.KernelModels).
-Without power.csv the overhead is taken as 0 and the launch costs absorb it.
+Without power.csv the overhead is taken as 0 and the launch costs absorb it. Where the folder
+holds whole decoder layers (layer.csv), the host's dispatch per op is fitted on them too
+(``fit_host``).
 
 Needs scipy (the calibrate extra), imported inside ``fit_kernels``; numpy and the csv module
 read the files. ``benchmarks/fit_kernels.py`` prints the result as the catalog's YAML block.
@@ -21,11 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
+from meshplan import catalog
 from meshplan.costs.kernels import Chip, attention_s, gemm_s, memory_op_s
 from meshplan.errors import MeshplanError
 from meshplan.specs.device import Device
-from meshplan.specs.kernels import AttentionKernel, AttentionPass, GemmKernel, KernelModels, MemoryClassKernel, MemoryKernels
+from meshplan.specs.kernels import AttentionKernel, AttentionPass, GemmKernel, HostDispatch, KernelModels, MemoryClassKernel, MemoryKernels
 from meshplan.workloads.ops import AttentionShape
+from meshplan.workloads.transformer import layer_blocks
 
 #: the calibration harness's memory-op names and the kernel class each measures
 MEASURED_CLASS = {
@@ -236,8 +240,32 @@ def fit_kernels(folder: str | Path, device: Device, source: str = "fit") -> Kern
                         [[0.8, 10e-6] * len(classes) + [20e-6]], [0.05, 0] * len(classes) + [0], [2.0, 200e-6] * len(classes) + [100e-6])
     memory_kernels = memory(xm)
     errors["memory ops"] = _abs_errors(memory_measured_s(memory_kernels, mem, device.hbm_bytes_per_s), mem["time_s"])
-    kernels = KernelModels(gemm=gemms, attention=attention, memory=memory_kernels, source=source)
+    kernels = KernelModels(gemm=gemms, attention=attention, memory=memory_kernels, host=fit_host(folder, source), source=source)
     return KernelFit(kernels, compute_overhead, memory_overhead, errors)
+
+
+def fit_host(folder: Path, source: str = "fit") -> HostDispatch | None:
+    """The host's dispatch per lowered op (specs.kernels.HostDispatch) from whole decoder layers
+    (``layer.csv``: one rank's eager layer, forward and forward+backward, no communication): the
+    least forward and the least backward any measured layer took, over the ops meshplan lowers a
+    dense decoder layer to. The smallest layers take that however little their kernels do, so no
+    layer ran faster than its dispatch; larger layers are GPU-bound and leave it alone. None
+    without layer.csv."""
+    path = folder / "layer.csv"
+    if _count(path) == 0:
+        return None
+    layers = read_columns(path)
+    ops = dense_layer_ops()
+    return HostDispatch(forward_s=float(np.min(layers["fwd_s"])) / ops,
+                        backward_s=float(np.min(layers["fwd_bwd_s"] - layers["fwd_s"])) / ops,
+                        source=f"{source}: least forward and backward of {len(layers['fwd_s'])} measured decoder layers (layer.csv) over the {ops} ops of a dense layer")
+
+
+def dense_layer_ops() -> int:
+    """The ops meshplan lowers a pre-norm dense decoder layer to (two norms, the QKV, attention,
+    output, up, activation and down ops, two residual adds): the same for every size and tp."""
+    (block,) = layer_blocks(catalog.model("llama3-8b"), 1, 1024, 2.0, flash_attention=True)
+    return len(block.ops)
 
 
 def error_summary(e: np.ndarray) -> str:

@@ -1,4 +1,5 @@
-"""The kernel microbenchmarks, in PyTorch: GEMMs (bf16 and FP8), causal attention, memory ops.
+"""The kernel microbenchmarks, in PyTorch: GEMMs (bf16 and FP8), causal attention, memory ops,
+and whole decoder layers.
 
 Each function measures one row of a calibration file and returns its values in that file's
 column order (``table.COLUMNS``). Inputs are random; every time is ``timing.median_time_s``.
@@ -11,7 +12,7 @@ import json
 import platform
 import subprocess
 
-from meshplan.calibrate.shapes import MEMORY_OPS, Attention, Gemm, Sizes
+from meshplan.calibrate.shapes import MEMORY_OPS, Attention, Gemm, Layer, Sizes
 from meshplan.calibrate.timing import input_sets, median_time_s
 
 
@@ -93,6 +94,57 @@ def attention_row(a: Attention, device, sizes: Sizes) -> tuple:
     flop = a.fwd_flop
     bwd_tflops = _tflops(2.5 * flop, fwd_bwd - fwd) if fwd_bwd > fwd else ""
     return (*a.key, fwd, fwd_bwd, f"{flop:.4e}", _tflops(flop, fwd), bwd_tflops)
+
+
+def layer_row(layer: Layer, device, sizes: Sizes) -> tuple:
+    """One rank's decoder layer (``shapes.Layer``) in bf16, eager PyTorch as frameworks run it
+    op by op: forward (with autograd recording) and forward+backward, no communication. A layer
+    whose kernels are short takes what the host takes to issue them (the probe)."""
+    import torch
+    import torch.nn.functional as F
+
+    b, s, h, d = layer.micro_batch, layer.seq, layer.hidden, layer.head_dim
+    q_width, kv_width = layer.heads * d, layer.kv_heads * d
+    up_width = (2 if layer.gated else 1) * layer.ffn
+
+    def weight(*shape):
+        return torch.nn.Parameter(torch.randn(*shape, device=device, dtype=torch.bfloat16) / shape[0] ** 0.5)
+
+    weights = (weight(h), weight(h, q_width + 2 * kv_width), weight(q_width, h), weight(h), weight(h, up_width), weight(layer.ffn, h))
+
+    def make():
+        x = torch.randn(b, s, h, device=device, dtype=torch.bfloat16, requires_grad=True)
+        return x, torch.randn(b, s, h, device=device, dtype=torch.bfloat16)
+
+    def forward(xg):
+        x = xg[0]
+        norm1, qkv_w, out_w, norm2, up_w, down_w = weights
+        q, k, v = (F.rms_norm(x, (h,), norm1) @ qkv_w).split((q_width, kv_width, kv_width), dim=-1)
+        q, k, v = (t.view(b, s, -1, d).transpose(1, 2) for t in (q, k, v))
+        if layer.kv_heads < layer.heads:  # repeated to the query heads, so the flash kernel runs
+            k, v = (t.repeat_interleave(layer.heads // layer.kv_heads, dim=1) for t in (k, v))
+        attn = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, q_width)
+        x = x + attn @ out_w
+        up = F.rms_norm(x, (h,), norm2) @ up_w
+        if layer.gated:
+            gate, up = up.chunk(2, dim=-1)
+            act = F.silu(gate) * up
+        else:
+            act = F.gelu(up)
+        return x + act @ down_w
+
+    def forward_backward(xg):
+        forward(xg).backward(xg[1])
+
+    inputs = input_sets(make, 4.0 * b * s * h, device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    fwd = median_time_s(forward, inputs, device, sizes.warmup, sizes.repeats)
+    fwd_bwd = median_time_s(forward_backward, inputs, device, sizes.warmup, sizes.repeats)
+    peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
+    flop = 3.0 * layer.fwd_flop_gemm + 3.5 * layer.fwd_flop_attn  # backward: 2x the GEMMs, 2.5x attention
+    return (*layer.key, fwd, fwd_bwd, layer.params, f"{layer.fwd_flop_gemm:.4e}", f"{layer.fwd_flop_attn:.4e}",
+            _tflops(flop, fwd_bwd), f"{peak:.2f}")
 
 
 def memory_row(op: str, elements: int, device, sizes: Sizes) -> tuple:

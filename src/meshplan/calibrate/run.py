@@ -1,7 +1,8 @@
 """One calibration run: what to measure, skipping rows already in ``out`` (resume), row by row.
 
 Started alone, it measures the kernels on one device (GEMMs at the model's shapes and a square
-sweep, FP8 GEMMs where the device has them, attention, memory ops), then, on an NVIDIA GPU NVML
+sweep, FP8 GEMMs where the device has them, attention, memory ops, whole decoder layers and a
+probe layer for the host's dispatch), then, on an NVIDIA GPU NVML
 can read, the power of sustained kernels (``calibrate/power.py``). Started by ``torchrun``, it
 measures the collectives over every launched rank instead (rank 0 writes the rows). Both write
 into the same folder, so the fit reads what each run left there.
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshplan.calibrate import require_torch
-from meshplan.calibrate.shapes import FULL, MEMORY_OPS, QUICK, Sizes, attention_cases, model_gemms, square_gemms, valid_tps
+from meshplan.calibrate.shapes import FULL, MEMORY_OPS, QUICK, Sizes, attention_cases, layer_cases, model_gemms, square_gemms, valid_tps
 from meshplan.calibrate.table import Table
 from meshplan.errors import MeshplanError
 from meshplan.specs.model import TransformerModel
@@ -58,7 +59,8 @@ def measure_kernels(request: Request, progress: Progress | None = None) -> list[
     fp8 = [] if fp8_skipped else [g for g in gemms if g.pass_ == "fwd"]
     attention = attention_cases(request.model, request.tps, request.sizes)
     memory = [(op, n) for n in request.sizes.memory_elements for op in MEMORY_OPS]
-    tables = {name: Table(out, name) for name in ("gemm_bf16.csv", "attention.csv", "memory_ops.csv")}
+    layers = layer_cases(request.model, request.tps, request.sizes)
+    tables = {name: Table(out, name) for name in ("gemm_bf16.csv", "attention.csv", "memory_ops.csv", "layer.csv")}
     if not fp8_skipped:
         tables["gemm_fp8.csv"] = Table(out, "gemm_fp8.csv")
     jobs = (
@@ -67,6 +69,7 @@ def measure_kernels(request: Request, progress: Progress | None = None) -> list[
         + [("attention.csv", a.key, lambda a=a: kernels.attention_row(a, device, request.sizes)) for a in attention]
         + [("memory_ops.csv", (op, n, "fp32" if op.endswith("fp32") else "bf16"),
             lambda op=op, n=n: kernels.memory_row(op, n, device, request.sizes)) for op, n in memory]
+        + [("layer.csv", layer.key, lambda layer=layer: kernels.layer_row(layer, device, request.sizes)) for layer in layers]
     )
     _run(jobs, tables, progress, notes)
     kernels.write_environment(out / "env.json", device, notes)

@@ -34,6 +34,10 @@ class Sizes:
     power_gemms: tuple[int, ...] = (2048, 4096, 8192)
     power_hbm_bytes: int = 1 << 30
     power_l2_bytes: int = 16 << 20
+    # whole decoder layers (layer.csv): sequence lengths of one micro-batch of one sequence, and
+    # the probe, a layer whose kernels take a few microseconds, so it shows the host's dispatch
+    layer_seq: tuple[int, ...] = (2048, 4096)
+    probe: tuple[int, int, int, int] = (512, 4, 128, 512)  # hidden, heads, head dim, sequence
 
 
 FULL = Sizes(
@@ -64,6 +68,8 @@ QUICK = Sizes(
     power_gemms=(32, 64),
     power_hbm_bytes=1 << 20,
     power_l2_bytes=64 << 10,
+    layer_seq=(16,),
+    probe=(64, 4, 16, 16),
 )
 
 
@@ -159,6 +165,58 @@ def attention_cases(model: TransformerModel | None, tps: tuple[int, ...], sizes:
         heads, head_dim = list(sizes.attention_heads), 128 if sizes is FULL else 32
     return [Attention(h, kv, head_dim, max(1, sizes.attention_tokens // s), s)
             for h, kv in heads for s in sizes.attention_seq]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One tensor-parallel rank's pre-norm decoder layer, as layer.csv holds it: RMSNorm, QKV,
+    causal attention, output projection, residual add; RMSNorm, the FFN (SwiGLU's gate and up
+    as one GEMM, or GELU), residual add. Widths are the rank's shares."""
+
+    model: str
+    tp: int
+    micro_batch: int
+    seq: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    gated: bool
+
+    @property
+    def key(self) -> tuple:
+        return (self.model, str(self.tp), str(self.micro_batch), str(self.seq))
+
+    @property
+    def params(self) -> int:
+        qkv = self.hidden * (self.heads + 2 * self.kv_heads) * self.head_dim
+        return qkv + self.heads * self.head_dim * self.hidden + (3 if self.gated else 2) * self.hidden * self.ffn + 2 * self.hidden
+
+    @property
+    def fwd_flop_gemm(self) -> float:
+        return 2.0 * self.micro_batch * self.seq * (self.params - 2 * self.hidden)
+
+    @property
+    def fwd_flop_attn(self) -> float:
+        return Attention(self.heads, self.kv_heads, self.head_dim, self.micro_batch, self.seq).fwd_flop
+
+
+def layer_cases(model: TransformerModel | None, tps: tuple[int, ...], sizes: Sizes) -> list[Layer]:
+    """The model's dense decoder layer on each tensor-parallel rank (``tps``) at each of
+    ``sizes.layer_seq``, and the probe (``sizes.probe``), which shows what the host takes to
+    issue a layer (calibrate.fit_kernels.fit_host fits on the least layer). Models with MoE or
+    MLA layers measure the probe only."""
+    hidden, heads, head_dim, seq = sizes.probe
+    cases = [Layer("probe", 1, 1, seq, hidden, heads, heads, head_dim, 2 * hidden, True)]
+    if model is None or model.moe is not None or model.mla or not model.ffn_hidden_size:
+        return cases
+    gated = model.ffn_type in ("swiglu", "geglu")
+    for tp in tps:
+        for s in sizes.layer_seq:
+            cases.append(Layer(model.id, tp, 1, s, model.hidden_size, model.num_attention_heads // tp,
+                               max(1, model.kv_heads // tp), model.dim_per_head, model.ffn_hidden_size // tp, gated))
+    return cases
 
 
 #: memory ops and the bytes each moves per element: inputs read once, outputs written once

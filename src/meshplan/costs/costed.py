@@ -14,6 +14,7 @@ from meshplan.errors import MeshplanError
 from meshplan.parallel.program import Comm, Program, host_devices
 from meshplan.parallel.shard import ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT
+from meshplan.specs.kernels import HostDispatch
 
 #: the reverse of each collective in backward (all-gather's gradient is a reduce-scatter)
 BACKWARD_OF = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "send_recv": "send_recv", "all_to_all": "all_to_all"}
@@ -146,10 +147,30 @@ def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Ro
     return out
 
 
-def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None, wide: Roofline | None = None) -> KindTimes:
+def host_bound(times: dict[str, OpTimes], host: HostDispatch | None) -> dict[str, OpTimes]:
+    """A layer's ``times`` stretched to the host's dispatch of its ops (specs.kernels.HostDispatch):
+    in training the host runs ahead of the GPU only while each layer's kernels take longer than
+    issuing them; where they take less (small layers, many tensor-parallel ranks) the GPU waits
+    between kernels and the layer takes what its dispatch takes, forward and backward apart. Each
+    op keeps its share of the pass (the waits fall between its kernels)."""
+    if host is None or not times:
+        return times
+    forward = sum(t.forward_s for t in times.values())
+    backward = sum(t.backward_s for t in times.values())
+    f = len(times) * host.forward_s / forward if forward > 0.0 else 1.0
+    b = len(times) * host.backward_s / backward if backward > 0.0 else 1.0
+    f, b = max(f, 1.0), max(b, 1.0)
+    if f == b == 1.0:
+        return times
+    return {name: OpTimes(t.forward_s * f, t.backward_s * b, t.weight_s * b) for name, t in times.items()}
+
+
+def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None, wide: Roofline | None = None,
+                host: HostDispatch | None = None) -> KindTimes:
     ops = {op.op.name: op_times(op, roof, element_bytes, wide) for op in kind.ops}
     if cap is not None:
         ops = cap(ops, kind.ops)
+    ops = host_bound(ops, host)
     tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
@@ -186,7 +207,12 @@ def cost_program(program: Program) -> CostedProgram:
     def cap(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...]) -> dict[str, OpTimes]:
         return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb)
 
-    kinds = {name: _kind_times(kind, roof, eb, full, cap, wide) for name, kind in program.kinds.items()}
+    # training decoder layers only: serving is left to the engines' CUDA graphs, which issue a
+    # whole step at once, and a block model (the rack-scale study's, DFModel's einsums) is timed
+    # as its analytical mappings time it, with no host
+    dispatched = s.task.kind != "inference" and getattr(s.model, "block", "layer") == "layer"
+    host = efficiency.kernels.host if efficiency.kernels is not None and dispatched else None
+    kinds = {name: _kind_times(kind, roof, eb, full, cap, wide, host) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
 

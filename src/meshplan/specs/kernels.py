@@ -117,6 +117,18 @@ class MemoryKernels(Spec):
         return self.classes.get(kind, self.classes["copy"])  # type: ignore[call-overload]
 
 
+class HostDispatch(Spec):
+    """What the host takes to issue one lowered op of a decoder layer (its kernels, through eager
+    PyTorch and autograd), forward and backward. The GPU runs no faster than the host issues its
+    work: a layer whose kernels take less than its ops' dispatch waits for the host
+    (costs.costed.host_bound). Fitted as the least time any measured layer took, forward and
+    backward, over the ops meshplan lowers that layer to (calibrate.fit_kernels.fit_host)."""
+
+    forward_s: Seconds
+    backward_s: Seconds
+    source: str
+
+
 class KernelModels(Spec):
     """The kernel models of one device family.
 
@@ -125,12 +137,14 @@ class KernelModels(Spec):
     through eager PyTorch and event timing; estimated from the same kernel timed alone and back
     to back), and at least its ``isolated_floor_s`` (for the attention backward, autograd's). The kernel
     tests compare against max(floor, kernel time + overhead); estimates apply neither (in a
-    training step the host runs ahead of the GPU).
+    training step the host runs ahead of the GPU), only ``host``'s floor on a whole layer where
+    its kernels are shorter than their dispatch.
     """
 
     gemm: dict[Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"], GemmKernel]  # bf16 serves precisions not listed
     attention: AttentionKernel
     memory: MemoryKernels
+    host: HostDispatch | None = None  # None: the host always keeps ahead
     source: str
 
     @model_validator(mode="after")
