@@ -148,21 +148,26 @@ def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Ro
 
 
 def host_bound(times: dict[str, OpTimes], host: HostDispatch | None) -> dict[str, OpTimes]:
-    """A layer's ``times`` stretched to the host's dispatch of its ops (specs.kernels.HostDispatch):
-    in training the host runs ahead of the GPU only while each layer's kernels take longer than
-    issuing them; where they take less (small layers, many tensor-parallel ranks) the GPU waits
-    between kernels and the layer takes what its dispatch takes, forward and backward apart. Each
-    op keeps its share of the pass (the waits fall between its kernels)."""
+    """A layer's (or the embedding's, or the head's) ``times`` held to the host's dispatch of its
+    ops (specs.kernels.HostDispatch): in training the host runs ahead of the GPU while the
+    kernels take longer than issuing them; where they take less (small layers, many
+    tensor-parallel ranks) the GPU waits, and the pass takes what its dispatch takes, forward and
+    backward apart. The wait is charged to the pass's last op (``times`` in forward order: the
+    last in forward, the first in backward), so no op before it starts later than it would
+    without a host, and faster kernels never make a step slower."""
     if host is None or not times:
         return times
-    forward = sum(t.forward_s for t in times.values())
-    backward = sum(t.backward_s for t in times.values())
-    f = len(times) * host.forward_s / forward if forward > 0.0 else 1.0
-    b = len(times) * host.backward_s / backward if backward > 0.0 else 1.0
-    f, b = max(f, 1.0), max(b, 1.0)
-    if f == b == 1.0:
+    wait_forward = max(0.0, len(times) * host.forward_s - sum(t.forward_s for t in times.values()))
+    wait_backward = max(0.0, len(times) * host.backward_s - sum(t.backward_s for t in times.values()))
+    if wait_forward == wait_backward == 0.0:
         return times
-    return {name: OpTimes(t.forward_s * f, t.backward_s * b, t.weight_s * b) for name, t in times.items()}
+    out = dict(times)
+    names = list(times)
+    last = out[names[-1]]
+    out[names[-1]] = OpTimes(last.forward_s + wait_forward, last.backward_s, last.weight_s)
+    first = out[names[0]]  # its input gradient is the backward's last work
+    out[names[0]] = OpTimes(first.forward_s, first.backward_s + wait_backward, first.weight_s)
+    return out
 
 
 def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None, wide: Roofline | None = None,
@@ -219,6 +224,9 @@ def cost_program(program: Program) -> CostedProgram:
     roles = []
     for role in program.roles:
         edge_ops = cap({op.op.name: op_times(op, roof, eb, wide) for op in (*role.head, *role.tail)}, (*role.head, *role.tail))
+        # the embedding, and the head and loss, are issued like a layer's ops
+        edge_ops = {**host_bound({op.op.name: edge_ops[op.op.name] for op in role.head}, host),
+                    **host_bound({op.op.name: edge_ops[op.op.name] for op in role.tail}, host)}
         edge = list(edge_ops.values())
         edge_comm = sum(comm_s(c) for c in (*role.head_comms, *role.tail_comms))
         edge_comm_bwd = sum(comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))
