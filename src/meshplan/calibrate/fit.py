@@ -139,6 +139,9 @@ def _fit_kernels(folder: Path, device: Device, measured: str) -> tuple[dict | No
     errors = {kind: {"rows": len(e), "median_abs_error": float(np.median(e)), "p90_abs_error": float(np.percentile(e, 90))}
               for kind, e in fit.errors.items()}
     summary = "; ".join(f"{kind} {error_summary(e)}" for kind, e in fit.errors.items())
+    host = fit.kernels.host
+    summary += (f"; host dispatch {host.forward_s * 1e6:.1f} us forward, {host.backward_s * 1e6:.1f} us backward per op (layer.csv)"
+                if host is not None else "; no host dispatch (no layer.csv)")
     return _significant(fit.kernels.model_dump(mode="json")), {"fitted": True, "errors": errors, "summary": summary}
 
 
