@@ -20,6 +20,8 @@ from test_kernels_h100 import layer_times_s, rows
 DATA = Path(__file__).parent / "data" / "h100-sxm"
 HOPPER = catalog.efficiency("hopper")
 HOST = HostDispatch(forward_s=50e-6, backward_s=150e-6, source="test")
+#: Hopper with kernels only: what an estimate would be if the host always kept ahead
+NO_HOST = HOPPER.model_copy(update={"kernels": HOPPER.kernels.model_copy(update={"host": None})})
 
 
 def test_the_fit_is_the_least_measured_layer_over_its_ops():
@@ -93,8 +95,7 @@ def test_small_training_layers_wait_for_the_host_and_serving_does_not(monkeypatc
     assert catalog.efficiency("tpu").kernels.host is None
     assert catalog.efficiency("blackwell").kernels.host == HOPPER.kernels.host
     hosted = (api.estimate(**small).breakdown.compute_s, api.estimate(**serve).tpot_s)
-    no_host = HOPPER.model_copy(update={"kernels": HOPPER.kernels.model_copy(update={"host": None})})
-    monkeypatch.setattr(costed.catalog, "efficiency", lambda profile_id: no_host)
+    monkeypatch.setattr(costed.catalog, "efficiency", lambda profile_id: NO_HOST)
     kernels_only = (api.estimate(**small).breakdown.compute_s, api.estimate(**serve).tpot_s)
     assert hosted[0] > kernels_only[0] * 1.2
     assert hosted[1] == pytest.approx(kernels_only[1], rel=1e-12)
@@ -107,8 +108,7 @@ def test_block_models_are_timed_without_a_host(monkeypatch):
     plan = dict(cluster="dgx-h100", num_devices=32, tp=16, pp=2, global_batch_size=16, micro_batch_size=1,
                 sequence_parallel=True, seq_len=2048)
     hosted = api.estimate(block, **plan).breakdown.compute_s
-    no_host = HOPPER.model_copy(update={"kernels": HOPPER.kernels.model_copy(update={"host": None})})
-    monkeypatch.setattr(costed.catalog, "efficiency", lambda profile_id: no_host)
+    monkeypatch.setattr(costed.catalog, "efficiency", lambda profile_id: NO_HOST)
     assert api.estimate(block, **plan).breakdown.compute_s == pytest.approx(hosted, rel=1e-12)
 
 
