@@ -47,6 +47,12 @@ SYSTEMS = {
 PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-DS": "fp8", "FP8-MX": "fp8", "MXFP8": "fp8", "NVFP4": "fp4"}
 
 
+#: systems whose MXFP8 MoE recipes replay the whole iteration as CUDA graphs from container 26.06
+#: on (Megatron-Bridge PRs 3983 and 4226, DeepSeek-V3 GB300 and GB200; 4173, GPT-OSS 120B; 4211,
+#: Qwen3 GB200 and GB300; June 2026: cuda_graph_impl = "full_iteration" with paged stashing)
+FULL_ITERATION_GRAPHS = {"DGX-GB200", "DGX-GB300"}
+
+
 def first(cell: str) -> str:
     """The row's own value of a cell that may add an alternative in parentheses."""
     return cell.split("(")[0].strip()
@@ -109,6 +115,12 @@ def case(container: str, row: dict, models: dict, commit: str) -> dict | None:
     if "MTP" in row["Model"] and "w/o" not in row["Model"]:
         inferred.append("multi-token prediction layer not modelled")
     system = row["System"].removeprefix("DGX-").lower()
+    parallelism = {"tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "ep": ep, "sequence_parallel": tp > 1,
+                   "virtual_pipeline_stages": vp, "zero_stage": 3 if fsdp else 1, "activation_recompute": "none"}
+    if (model["arch"] == "moe" and first(row["Precision"]) in ("MXFP8", "FP8-MX") and row["System"] in FULL_ITERATION_GRAPHS
+            and container.split(".")[:2] >= ["26", "06"]):
+        parallelism["cuda_graphs"] = "full"
+        inferred.append("cuda_graphs full: the recipe's full-iteration CUDA graphs (Megatron-Bridge PRs 3983, 4173, 4211, 4226)")
     return {
         "id": re.sub(r"[^a-z0-9_.]+", "_", f"mbt_{container}_{system}_{name}_{gpus}gpu_{row['Precision']}_tp{tp}pp{pp}cp{cp}vp{vp}ep{ep}mbs{mbs}".lower()).strip("_"),
         "group": f"mbridge_tables_{system}_{model['arch']}",
@@ -116,8 +128,7 @@ def case(container: str, row: dict, models: dict, commit: str) -> dict | None:
         "framework": "megatron-core",
         "model": model,
         "hardware": {"cluster": cluster, "num_devices": gpus, "devices_per_node": per_node},
-        "parallelism": {"tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "ep": ep, "sequence_parallel": tp > 1,
-                        "virtual_pipeline_stages": vp, "zero_stage": 3 if fsdp else 1, "activation_recompute": "none"},
+        "parallelism": parallelism,
         "batch": {"global_batch_sequences": gbs, "micro_batch_size": mbs, "seq_len": seq},
         "precision": precision,
         "measured": {"step_time_s": round(gbs * seq / (tokens * gpus), 6), "tokens_per_s_per_gpu": tokens},

@@ -80,6 +80,18 @@ def test_rows_become_cases_with_the_published_step_time():
     assert qwen["parallelism"]["zero_stage"] == 1 and qwen["group"] == "mbridge_tables_h100_moe"
 
 
+def test_mxfp8_moe_rows_on_nvl72_replay_full_iteration_graphs_from_26_06():
+    row = {"Model": "Qwen3_30B_a3B", "System": "DGX-GB200", "#-GPUs": "8", "Precision": "MXFP8", "GBS": "512",
+           "MBS": "4", "Sequence Length": "4096", "TP": "1", "PP": "1", "CP": "1", "VP": "n/a", "EP": "8",
+           "Tokens / sec / GPU": "40000"}
+    graphed = importer.case("26.06", row, MODELS, "abc")
+    assert graphed["parallelism"]["cuda_graphs"] == "full"
+    assert any("full-iteration CUDA graphs" in note for note in graphed["inferred"])
+    for container, changes in (("26.04.01", {}), ("26.08", {"Precision": "FP8-CS"}), ("26.08", {"System": "DGX-H100"}),
+                               ("26.08", {"Model": "LLAMA3_70B"})):
+        assert "cuda_graphs" not in importer.case(container, {**row, **changes}, MODELS, "abc")["parallelism"]
+
+
 def test_rows_outside_the_model_are_skipped():
     ids = [c["id"] for c in _cases(SNIPPET)]
     # DGX-B300 (no catalog cluster), the token-dropping run and the LoRA table are left out

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from meshplan import api, catalog
 from meshplan.calibrate.fit_kernels import dense_layer_ops, fit_host, read_columns
 from meshplan.costs import costed
-from meshplan.costs.costed import OpTimes, host_bound
+from meshplan.costs.costed import Issue, OpTimes, host_bound, issue_bound_s
 from meshplan.specs.kernels import HostDispatch
 from test_kernels_h100 import layer_times_s, rows
 
@@ -121,3 +121,95 @@ def test_the_floor_scales_with_the_ops_a_layer_lowers_to():
     f_dense = host_bound({str(i): OpTimes(t, t) for i, t in enumerate(dense)}, host)
     f_moe = host_bound({str(i): OpTimes(t, t) for i, t in enumerate(moe)}, host)
     assert sum(t.forward_s for t in f_moe.values()) / sum(t.forward_s for t in f_dense.values()) == pytest.approx(1.4)
+
+
+def test_issue_bound_is_the_longest_host_prefix_plus_gpu_suffix():
+    # host 1, 5, 6 issued by each unit; GPU 6, 3, 2 from each on: max(1 + 6, 5 + 3, 6 + 2)
+    assert issue_bound_s([(1.0, 3.0), (4.0, 1.0), (1.0, 2.0)]) == 8.0
+    assert issue_bound_s([]) == 0.0
+
+
+def test_a_gemm_per_local_expert_is_a_dispatch_each():
+    """TE's GroupedLinear issues one GEMM per local expert: a layer of an attention op and an
+    expert GEMM over 4 local experts costs the host 5 dispatches, not 2."""
+    times = {"attention": OpTimes(10e-6, 20e-6), "experts_up": OpTimes(20e-6, 40e-6)}
+    out = host_bound(times, HOST, Issue(launches={"experts_up": 4}))
+    assert sum(t.forward_s for t in out.values()) == pytest.approx(5 * 50e-6)
+    assert sum(t.backward_s for t in out.values()) == pytest.approx(5 * 150e-6)
+    assert out["attention"].forward_s == 10e-6  # the wait falls on the last op
+
+
+def test_blocking_all_to_alls_are_gpu_time_the_host_runs_ahead_of():
+    times = {"attention": OpTimes(10e-6, 20e-6), "experts_up": OpTimes(20e-6, 40e-6)}
+    out = host_bound(times, HOST, Issue(comm_forward_s=60e-6, comm_backward_s=270e-6))
+    # forward: 100 us of dispatch against 30 us of kernels and 60 us of all-to-all: 10 us wait
+    assert out["experts_up"].forward_s == pytest.approx(30e-6)
+    assert out["attention"] == times["attention"]  # backward: 330 us of GPU against 300 of dispatch
+
+
+def test_a_sync_costs_the_first_dispatch_after_it_where_the_gpu_is_slower():
+    """Forward segment from the sync: two expert GEMMs (50 us host, 100 us GPU each), attention
+    (50, 300), router (50, 10): the GPU idles only while the first GEMM is issued, 560 us
+    against 510 us with the host running ahead."""
+    times = {"attention": OpTimes(300e-6, 0.0), "router": OpTimes(10e-6, 0.0), "experts_up": OpTimes(200e-6, 0.0)}
+    ahead = host_bound(times, HOST, Issue(launches={"experts_up": 2}))
+    synced = host_bound(times, HOST, Issue(launches={"experts_up": 2}, sync_before="experts_up"))
+    assert sum(t.forward_s for t in ahead.values()) == pytest.approx(510e-6)
+    assert sum(t.forward_s for t in synced.values()) == pytest.approx(560e-6)
+
+
+def test_with_a_sync_a_host_bound_part_and_a_gpu_bound_part_add():
+    """Eight expert GEMMs of 5 us each cost the host 400 us; attention 400 us of GPU. Running
+    ahead the host hides one behind the other (450 us: its 9 dispatches); with a sync before the
+    experts they follow each other: 400 us of dispatch, then attention's dispatch and kernel."""
+    times = {"attention": OpTimes(400e-6, 0.0), "experts_up": OpTimes(40e-6, 0.0)}
+    ahead = host_bound(times, HOST, Issue(launches={"experts_up": 8}))
+    synced = host_bound(times, HOST, Issue(launches={"experts_up": 8}, sync_before="experts_up"))
+    assert sum(t.forward_s for t in ahead.values()) == pytest.approx(450e-6)
+    assert sum(t.forward_s for t in synced.values()) == pytest.approx(400e-6 + 50e-6 + 400e-6)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 1e-3), st.integers(1, 8)), min_size=2, max_size=12), st.data())
+def test_a_sync_never_shortens_a_forward_and_faster_kernels_never_lengthen_it(ops, data):
+    times = {f"op{i}": OpTimes(f, f) for i, (f, _) in enumerate(ops)}
+    launches = {f"op{i}": n for i, (_, n) in enumerate(ops)}
+    sync = f"op{data.draw(st.integers(0, len(ops) - 1))}"
+    comm = data.draw(st.floats(0.0, 1e-3))
+
+    def forward(t, synced):
+        issue = Issue(launches=launches, sync_before=sync if synced else None, combine_after=sync, comm_forward_s=comm)
+        return sum(o.forward_s for o in host_bound(t, HOST, issue).values())
+
+    ahead, synced = forward(times, False), forward(times, True)
+    kernels = sum(t.forward_s for t in times.values())
+    assert ahead == pytest.approx(max(kernels, sum(launches.values()) * HOST.forward_s - comm), rel=1e-12)
+    assert synced >= ahead * (1 - 1e-12)
+    assert synced <= kernels + comm + sum(launches.values()) * HOST.forward_s + 1e-15  # never more than both in turn
+    faster = {n: OpTimes(t.forward_s / 2, t.backward_s / 2) for n, t in times.items()}
+    assert forward(faster, True) <= synced * (1 + 1e-12)
+
+
+QWEN3_30B = {"id": "qwen3-30b-a3b", "arch": "moe", "num_layers": 48, "hidden_size": 2048, "num_attention_heads": 32,
+             "num_kv_heads": 4, "head_dim": 128, "ffn_type": "swiglu", "vocab_size": 151936,
+             "moe": {"num_experts": 128, "top_k": 8, "expert_ffn_hidden_size": 768}}
+MOE_RUN = dict(cluster="dgx-h100", num_devices=8, ep=8, global_batch_size=64, micro_batch_size=1, seq_len=4096,
+               precision="fp8", zero_stage=1)
+
+
+def test_megatron_cores_moe_layers_wait_for_their_host_and_full_graphs_do_not():
+    """Qwen3-30B-A3B on 8 H100 at micro-batch 1, as Megatron-Core runs it: 16 local experts, a
+    GEMM each, and a sync per layer. Its published runs take 9.5 ms per layer and micro-batch
+    (Megatron-Bridge 26.04, 16 H100) where its kernels take about half; replaying the iteration
+    as CUDA graphs (Plan.cuda_graphs) leaves the kernels alone, and a grouped kernel without the
+    sync sits between."""
+    def step(**plan):
+        return api.estimate(QWEN3_30B, **MOE_RUN, **plan).step_time_s
+
+    megatron = step(framework="megatron-core")
+    grouped = step(framework="megatron-core", expert_gemms="grouped", moe_host_sync=False)
+    graphs = step(framework="megatron-core", cuda_graphs="full")
+    assert megatron > grouped * 1.2
+    assert grouped >= graphs
+    assert step(framework="megatron-core", moe_host_sync=False) < megatron
+    assert step(framework="megatron-core", expert_gemms="grouped") < megatron

@@ -146,6 +146,18 @@ def test_a_case_may_carry_its_pipeline_layout():
     assert bad.error.startswith("sc21_1p7b.plan.pipeline_layout") and "23 decoder layers" in bad.error
 
 
+def test_a_case_may_say_it_replays_its_iteration_as_cuda_graphs():
+    """A small-layer run held to its host's dispatch; with the iteration captured as CUDA graphs
+    (Megatron-Core full_iteration) no host stands between the kernels."""
+    small = dict(hardware__cluster="dgx-h100", parallelism__tp=8, parallelism__dp=4, batch__micro_batch_size=1)
+    eager = run_case(case(**small), 0)
+    graphs = run_case(case(**small, parallelism__cuda_graphs="full"), 0)
+    assert eager.error is None and graphs.error is None
+    assert graphs.predicted_step_time_s < eager.predicted_step_time_s
+    bad = run_case(case(**small, parallelism__cuda_graphs="partly"), 0)
+    assert bad.error.startswith("sc21_1p7b.plan.cuda_graphs") and "full" in bad.error
+
+
 def test_an_interleaved_case_need_not_have_a_multiple_of_pp_micro_batches():
     """10 micro-batches over pp 4: scored in groups of 5 (the smallest group Megatron-Core
     accepts), or in the group the case gives under Megatron-Core's name."""

@@ -3,7 +3,7 @@ algorithm over the levels its group spans."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from meshplan import catalog
 from meshplan.costs.collectives import plan_collective_s
@@ -147,22 +147,76 @@ def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Ro
     return out
 
 
-def host_bound(times: dict[str, OpTimes], host: HostDispatch | None) -> dict[str, OpTimes]:
+@dataclass(frozen=True)
+class Issue:
+    """How a layer's ops reach the GPU beyond one dispatch each (Plan.expert_gemms,
+    Plan.moe_host_sync): ``launches``, the dispatches an op costs the host where it is more than
+    one (a GEMM per local expert); ``sync_before``, the op whose dispatch waits, every forward,
+    until the GPU has run all before it; ``comm_forward_s`` and ``comm_backward_s``, the blocking
+    collectives the layer runs on the compute stream (the expert all-to-alls), which the host
+    can run ahead of as it can of kernels. In forward order half of ``comm_forward_s`` (the
+    combine) follows ``combine_after``, the other half (the dispatch) ends the segment before
+    the next sync."""
+
+    launches: dict[str, int] = field(default_factory=dict)
+    sync_before: str | None = None
+    combine_after: str | None = None
+    comm_forward_s: float = 0.0
+    comm_backward_s: float = 0.0
+
+
+def issue_bound_s(units: list[tuple[float, float]]) -> float:
+    """The time ``units`` (host dispatch, GPU time) take when the GPU runs each only after the
+    host has issued it, both in order and neither ever idle by choice: the two-machine flow
+    shop's makespan for a fixed order (Johnson 1954, "Optimal two- and three-stage production
+    schedules with setup times included"), the longest of host up to a unit plus GPU from it."""
+    best = host = 0.0
+    gpu_after = sum(g for _, g in units)
+    for h, g in units:
+        host += h
+        best = max(best, host + gpu_after)
+        gpu_after -= g
+    return best
+
+
+def host_bound(times: dict[str, OpTimes], host: HostDispatch | None, issue: Issue | None = None) -> dict[str, OpTimes]:
     """A layer's (or the embedding's, or the head's) ``times`` held to the host's dispatch of its
     ops (specs.kernels.HostDispatch): in training the host runs ahead of the GPU while the
     kernels take longer than issuing them; where they take less (small layers, many
     tensor-parallel ranks) the GPU waits, and the pass takes what its dispatch takes, forward and
     backward apart. The wait is charged to the pass's last op (``times`` in forward order: the
     last in forward, the first in backward), so no op before it starts later than it would
-    without a host, and faster kernels never make a step slower."""
+    without a host, and faster kernels never make a step slower.
+
+    ``issue`` (Issue) counts an op's dispatches beyond one, adds the blocking collectives to the
+    GPU's side, and with a sync makes the forward what one layer's segment between syncs takes,
+    from the dispatch after the sync to the next layer's: the host cannot run ahead across
+    layers, and where it is the slower part of some ops and the GPU of others, their times add
+    (``issue_bound_s``; a layer kind followed by its own kind, one segment per layer)."""
     if host is None or not times:
         return times
-    wait_forward = max(0.0, len(times) * host.forward_s - sum(t.forward_s for t in times.values()))
-    wait_backward = max(0.0, len(times) * host.backward_s - sum(t.backward_s for t in times.values()))
+    issue = issue or Issue()
+    names = list(times)
+    count = {name: issue.launches.get(name, 1) for name in names}
+    gpu_forward = sum(t.forward_s for t in times.values())
+    gpu_backward = sum(t.backward_s for t in times.values())
+    host_forward = sum(count.values()) * host.forward_s
+    if issue.sync_before is None:
+        forward = max(host_forward, gpu_forward + issue.comm_forward_s)
+    else:
+        start = names.index(issue.sync_before)
+        units: list[tuple[float, float]] = []
+        for name in names[start:] + names[:start]:
+            units += [(host.forward_s, times[name].forward_s / count[name])] * count[name]
+            if name == issue.combine_after:
+                units.append((0.0, issue.comm_forward_s / 2.0))
+        units.append((0.0, issue.comm_forward_s / 2.0))  # the dispatch, before the next sync
+        forward = issue_bound_s(units)
+    wait_forward = max(0.0, forward - gpu_forward - issue.comm_forward_s)
+    wait_backward = max(0.0, sum(count.values()) * host.backward_s - gpu_backward - issue.comm_backward_s)
     if wait_forward == wait_backward == 0.0:
         return times
     out = dict(times)
-    names = list(times)
     last = out[names[-1]]
     out[names[-1]] = OpTimes(last.forward_s + wait_forward, last.backward_s, last.weight_s)
     first = out[names[0]]  # its input gradient is the backward's last work
@@ -170,14 +224,34 @@ def host_bound(times: dict[str, OpTimes], host: HostDispatch | None) -> dict[str
     return out
 
 
+def layer_issue(kind, plan, model, blocking_ep: tuple[float, float]) -> Issue | None:
+    """A layer kind's Issue under ``plan``: a GEMM per local expert (Plan.expert_gemms), the
+    dispatcher's sync before the first expert GEMM (Plan.moe_host_sync), and the expert
+    all-to-alls ``blocking_ep`` (forward, backward seconds) where they block the compute stream.
+    None for a layer without routed experts."""
+    experts = [op.op.name for op in kind.ops if op.op.expert and op.op.kind == "matmul"]
+    if not experts:
+        return None
+    local = max(1, model.moe.num_experts // plan.ep) if plan.expert_gemms == "per_expert" else 1
+    return Issue(
+        launches={name: local for name in experts} if local > 1 else {},
+        sync_before=experts[0] if plan.moe_host_sync else None,
+        combine_after=experts[-1],
+        comm_forward_s=blocking_ep[0],
+        comm_backward_s=blocking_ep[1],
+    )
+
+
 def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None, wide: Roofline | None = None,
-                host: HostDispatch | None = None) -> KindTimes:
+                host: HostDispatch | None = None, plan=None, model=None) -> KindTimes:
     ops = {op.op.name: op_times(op, roof, element_bytes, wide) for op in kind.ops}
     if cap is not None:
         ops = cap(ops, kind.ops)
-    ops = host_bound(ops, host)
     tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
+    ep_bwd = sum(comm_s(c, backward=True) for c in kind.ep_comms)
+    blocking = (ep_fwd, ep_bwd) if plan is not None and plan.ep_overlap == "none" else (0.0, 0.0)
+    ops = host_bound(ops, host, layer_issue(kind, plan, model, blocking) if host is not None and plan is not None else None)
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
     cp_bwd = sum(comm_s(c, backward=True) for c in kind.cp_comms)
     attention = ops.get("attention", OpTimes(0.0, 0.0, 0.0))  # a block model's unit may have none
@@ -189,7 +263,7 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         tp_forward_s=tp_fwd,
         tp_backward_s=sum(comm_s(c, backward=True) for c in kind.tp_comms) + (tp_fwd if full_recompute else 0.0),
         ep_forward_s=ep_fwd,
-        ep_backward_s=sum(comm_s(c, backward=True) for c in kind.ep_comms) + (ep_fwd if full_recompute else 0.0),
+        ep_backward_s=ep_bwd + (ep_fwd if full_recompute else 0.0),
         cp_forward_s=cp_fwd,
         cp_backward_s=cp_bwd,
         cp_exposed_forward_s=max(0.0, cp_fwd - attention.forward_s),
@@ -212,12 +286,12 @@ def cost_program(program: Program) -> CostedProgram:
     def cap(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...]) -> dict[str, OpTimes]:
         return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb)
 
-    # training decoder layers only: serving is left to the engines' CUDA graphs, which issue a
-    # whole step at once, and a block model (the rack-scale study's, DFModel's einsums) is timed
+    # training decoder layers only, issued op by op: serving is left to the engines' CUDA
+    # graphs, which issue a whole step at once (as Plan.cuda_graphs "full" does in training), and a block model (the rack-scale study's, DFModel's einsums) is timed
     # as its analytical mappings time it, with no host
-    dispatched = s.task.kind != "inference" and getattr(s.model, "block", "layer") == "layer"
+    dispatched = s.task.kind != "inference" and getattr(s.model, "block", "layer") == "layer" and s.plan.cuda_graphs == "none"
     host = efficiency.kernels.host if efficiency.kernels is not None and dispatched else None
-    kinds = {name: _kind_times(kind, roof, eb, full, cap, wide, host) for name, kind in program.kinds.items()}
+    kinds = {name: _kind_times(kind, roof, eb, full, cap, wide, host, s.plan, s.model) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
 

@@ -183,6 +183,9 @@ def case_inputs(case: dict, where: str) -> dict:
     tp_overlap = _option(par, "tp_overlap", None)
     if tp_overlap is not None:  # how its tensor-parallel collectives ran (async TP: pipelined)
         plan["tp_overlap"] = _word(tp_overlap)
+    graphs = _option(par, "cuda_graphs", None)
+    if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
+        plan["cuda_graphs"] = _word(graphs)
     framework = framework_name(case.get("framework"))
     if framework:  # its overlap defaults (SCHEMA.md); others run on meshplan's
         plan["framework"] = framework

@@ -114,6 +114,19 @@ class Plan(Spec):
     # tokens to experts: one copy per (token, expert) pair, or once per node and GPU with NVLink
     # forwarding (DeepEP / HybridEP, DeepSeek-V3); meshplan.parallel.dispatch
     ep_dispatch: Literal["all_to_all", "hierarchical"] = "all_to_all"
+    # how a device's local experts run their GEMMs: one grouped kernel for all of them
+    # (torch._grouped_mm, CUTLASS or cuBLASLt grouped GEMM), or one GEMM per local expert, as
+    # Transformer Engine's GroupedLinear issues them over several streams; each is a dispatch the
+    # host pays (meshplan.costs.costed.host_bound)
+    expert_gemms: Literal["grouped", "per_expert"] = "grouped"
+    # a dropless dispatcher copies the token counts to the host and waits for them in every MoE
+    # layer's forward (the all-to-all's split sizes, the grouped GEMM's): the host cannot run
+    # ahead of the GPU past it (meshplan.costs.costed.host_bound)
+    moe_host_sync: bool = False
+    # "full": the whole training iteration captured in CUDA graphs and replayed (Megatron-Core
+    # --cuda-graph-impl full_iteration with paged stashing and device-initiated grouped GEMMs):
+    # the host issues no op by op, so neither its dispatch nor a sync holds the GPU back
+    cuda_graphs: Literal["none", "full"] = "none"
     # pipeline sends on their own stream; None: as Megatron-Core does, overlapped in interleaved
     # schedules (overlap_p2p_comm) and batched and waited on in the others
     overlap_p2p: bool | None = None
