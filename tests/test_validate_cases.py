@@ -158,6 +158,33 @@ def test_a_case_may_say_it_replays_its_iteration_as_cuda_graphs():
     assert bad.error.startswith("sc21_1p7b.plan.cuda_graphs") and "full" in bad.error
 
 
+DEEPSEEK_V3 = {"name": "DeepSeek-V3", "arch": "moe", "num_layers": 61, "hidden_size": 7168, "num_attention_heads": 128,
+               "num_kv_heads": 128, "ffn_hidden_size": 18432, "ffn_type": "swiglu", "vocab_size": 129280,
+               "moe": {"num_experts": 256, "top_k": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
+                       "first_dense_layers": 3}}
+
+
+def test_a_catalog_model_brings_what_the_case_format_cannot_say():
+    """A case naming DeepSeek-V3 with its dimensions runs its multi-head latent attention and
+    its routing to at most 4 nodes (catalog/models.yaml, cited), and says so; the same name
+    with other dimensions is taken as written."""
+    from meshplan.io.validation_cases import known_architecture
+
+    model = copy.deepcopy(DEEPSEEK_V3)
+    note = known_architecture(model)
+    assert model["mla"]["kv_lora_rank"] == 512 and model["moe"]["max_nodes"] == 4 and model["norm"] == "rmsnorm"
+    assert note == "mla, norm, moe.max_nodes from the catalog's deepseek-v3"
+    for changed in ({"num_layers": 60}, {"name": "deepseek v3"}, {"name": "Mixtral-8x7B"}):
+        model = {**copy.deepcopy(DEEPSEEK_V3), **changed}
+        note = known_architecture(model)
+        assert ("mla" in model) == (note is not None) == (changed == {"name": "deepseek v3"})
+    run = case(model=DEEPSEEK_V3, hardware__cluster="dgx-h800", hardware__num_devices=256, parallelism__pp=8,
+               parallelism__dp=32, parallelism__ep=32, parallelism__activation_recompute="none",
+               batch__global_batch_sequences=1024, batch__micro_batch_size=1, batch__seq_len=4096, precision="fp8")
+    result = run_case(run, 0)
+    assert result.error is None and "from the catalog's deepseek-v3" in result.note
+
+
 def test_an_interleaved_case_need_not_have_a_multiple_of_pp_micro_batches():
     """10 micro-batches over pp 4: scored in groups of 5 (the smallest group Megatron-Core
     accepts), or in the group the case gives under Megatron-Core's name."""

@@ -287,12 +287,55 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
     if profile is not None and profile.device in (None, cluster.device.id):
         cluster = profile.apply(cluster)
     inputs["cluster"] = cluster
+    known = known_architecture(inputs["model"]) if arch != "dlrm" else None
     scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
+    note = "; ".join(n for n in (known, note) if n) or None
     try:
         result = estimate(**inputs)
     except MeshplanError as err:  # name the case in the field path
         raise MeshplanError(f"{case_id}.{err.field}", err.value, err.valid, hint=err.hint) from None
     return result.step_time_s * scale, result.fits, note
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+#: catalog model fields the case format has no place for (SCHEMA.md): the attention's latent
+#: projections and the routing's node limit, which decide a DeepSeek-V3 step's attention FLOPs
+#: and its expert traffic across nodes
+_ARCHITECTURE_ONLY = ("mla", "norm")
+_MOE_ONLY = ("max_nodes",)
+
+
+def known_architecture(model_data: dict) -> str | None:
+    """Fill in, from the catalog, what the case format cannot say about a model the catalog
+    knows: a case that names a catalog model (its id or name, ignoring case and punctuation)
+    and repeats its layers, hidden size, heads and vocabulary (and experts and top-k) takes its
+    multi-head latent attention, its norm and its node-limited routing, each cited in
+    catalog/models.yaml. Returns a note saying so, or None where nothing was added."""
+    name = _normalized(str(model_data.get("name", "")))
+    if not name:
+        return None
+    for model_id in catalog.model_ids():
+        known = catalog.model(model_id)
+        if name not in (_normalized(model_id), _normalized(known.name)) or getattr(known, "arch", None) not in ("dense", "moe"):
+            continue
+        dims = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+        if any(model_data.get(k) != getattr(known, k) for k in dims):
+            return None
+        if known.moe is not None and (model_data.get("moe") or {}).get("num_experts") != known.moe.num_experts:
+            return None
+        added = [k for k in _ARCHITECTURE_ONLY if k not in model_data and k in known.model_fields_set]
+        for key in added:
+            model_data[key] = getattr(known, key).model_dump() if key == "mla" else getattr(known, key)
+        if known.moe is not None and isinstance(model_data.get("moe"), dict):
+            for key in _MOE_ONLY:
+                if model_data["moe"].get(key) is None and getattr(known.moe, key) is not None:
+                    model_data["moe"][key] = getattr(known.moe, key)
+                    added.append(f"moe.{key}")
+        return f"{', '.join(added)} from the catalog's {model_id}" if added else None
+    return None
 
 
 def _whole_micro_batches(inputs: dict) -> tuple[float, str | None]:
