@@ -151,16 +151,15 @@ def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Ro
 class Issue:
     """How a layer's ops reach the GPU beyond one dispatch each (Plan.expert_gemms,
     Plan.moe_host_sync): ``launches``, the dispatches an op costs the host where it is more than
-    one (a GEMM per local expert); ``sync_before``, the op whose dispatch waits, every forward,
-    until the GPU has run all before it; ``comm_forward_s`` and ``comm_backward_s``, the blocking
-    collectives the layer runs on the compute stream (the expert all-to-alls), which the host
-    can run ahead of as it can of kernels. In forward order half of ``comm_forward_s`` (the
-    combine) follows ``combine_after``, the other half (the dispatch) ends the segment before
-    the next sync."""
+    one (a GEMM per local expert); ``experts``, the first and last expert op, between which the
+    blocking collectives ``comm_forward_s`` and ``comm_backward_s`` run on the compute stream
+    (the expert all-to-alls: half before the first, the dispatch; half after the last, the
+    combine), which the host runs ahead of as it does of kernels; ``sync``, whether every
+    forward waits, before the first expert op, until the GPU has run all before it."""
 
     launches: dict[str, int] = field(default_factory=dict)
-    sync_before: str | None = None
-    combine_after: str | None = None
+    experts: tuple[str, str] | None = None
+    sync: bool = False
     comm_forward_s: float = 0.0
     comm_backward_s: float = 0.0
 
@@ -179,49 +178,86 @@ def issue_bound_s(units: list[tuple[float, float]]) -> float:
     return best
 
 
+def _waits(units: list[tuple[str | None, float, float]], synced: bool) -> dict[str, float]:
+    """The GPU's idle time on each op of ``units`` (op name or None for a collective, host
+    dispatch, GPU time): a kernel starts once the one before it has run and the host has issued
+    it, and an op holds the stream until the next op starts (a collective's idle time is its op's
+    before it). After a sync the host starts level with the GPU and the segment takes the flow
+    shop's makespan. Otherwise, over a run of such layers, the host keeps ahead where the GPU is
+    the slower (no waits); where the host is, a layer takes its dispatch, and the host's lead
+    settles where the flow shop agrees (its makespan less the dispatch): each kernel then starts
+    when the host issues it wherever the host is the slower, so faster kernels leave the
+    timeline as it was instead of moving what follows earlier."""
+    host = sum(h for _, h, _ in units)
+    makespan = issue_bound_s([(h, g) for _, h, g in units])
+    if synced:
+        lead, period = 0.0, makespan
+    elif host <= sum(g for _, _, g in units):
+        return {}
+    else:
+        lead, period = makespan - host, host
+    starts = []
+    gpu_free = issued = 0.0
+    for _, h, g in units:
+        issued += h
+        starts.append(max(gpu_free, issued - lead))
+        gpu_free = starts[-1] + g
+    nexts = starts[1:] + [starts[0] + period]
+    named = [name for name, _, _ in units if name is not None]
+    waits: dict[str, float] = {}
+    owner = named[0] if named else None
+    for (name, _, g), start, nxt in zip(units, starts, nexts):
+        owner = name if name is not None else owner
+        if owner is not None and nxt - start - g > 0.0:
+            waits[owner] = waits.get(owner, 0.0) + nxt - start - g
+    return waits
+
+
 def host_bound(times: dict[str, OpTimes], host: HostDispatch | None, issue: Issue | None = None) -> dict[str, OpTimes]:
-    """A layer's (or the embedding's, or the head's) ``times`` held to the host's dispatch of its
-    ops (specs.kernels.HostDispatch): in training the host runs ahead of the GPU while the
-    kernels take longer than issuing them; where they take less (small layers, many
-    tensor-parallel ranks) the GPU waits, and the pass takes what its dispatch takes, forward and
-    backward apart. The wait is charged to the pass's last op (``times`` in forward order: the
-    last in forward, the first in backward), so no op before it starts later than it would
-    without a host, and faster kernels never make a step slower.
+    """A layer's (or the embedding's, or the head's) ``times`` (in forward order) held to the
+    host's dispatch of its ops (specs.kernels.HostDispatch): in training the host runs ahead of
+    the GPU while the kernels take longer than issuing them; where they take less (small layers,
+    many tensor-parallel ranks) the GPU waits, and the pass takes what its dispatch takes,
+    forward and backward apart. Each op's time grows by the GPU's wait for the host before it
+    (``_waits``), so a collective after an op starts when the host has issued what comes before.
 
     ``issue`` (Issue) counts an op's dispatches beyond one, adds the blocking collectives to the
     GPU's side, and with a sync makes the forward what one layer's segment between syncs takes,
-    from the dispatch after the sync to the next layer's: the host cannot run ahead across
-    layers, and where it is the slower part of some ops and the GPU of others, their times add
+    from the first expert op to the next layer's: the host cannot run ahead across layers, and
+    where it is the slower part of some ops and the GPU of others, their times add
     (``issue_bound_s``; a layer kind followed by its own kind, one segment per layer)."""
     if host is None or not times:
         return times
     issue = issue or Issue()
     names = list(times)
     count = {name: issue.launches.get(name, 1) for name in names}
-    gpu_forward = sum(t.forward_s for t in times.values())
-    gpu_backward = sum(t.backward_s for t in times.values())
-    host_forward = sum(count.values()) * host.forward_s
-    if issue.sync_before is None:
-        forward = max(host_forward, gpu_forward + issue.comm_forward_s)
-    else:
-        start = names.index(issue.sync_before)
-        units: list[tuple[float, float]] = []
-        for name in names[start:] + names[:start]:
-            units += [(host.forward_s, times[name].forward_s / count[name])] * count[name]
-            if name == issue.combine_after:
-                units.append((0.0, issue.comm_forward_s / 2.0))
-        units.append((0.0, issue.comm_forward_s / 2.0))  # the dispatch, before the next sync
-        forward = issue_bound_s(units)
-    wait_forward = max(0.0, forward - gpu_forward - issue.comm_forward_s)
-    wait_backward = max(0.0, sum(count.values()) * host.backward_s - gpu_backward - issue.comm_backward_s)
-    if wait_forward == wait_backward == 0.0:
+    first, last = issue.experts or (None, None)
+
+    def units(order: list[str], per_op: float, pass_s, comm_s: float, before: str | None, after: str | None):
+        out: list[tuple[str | None, float, float]] = []
+        for name in order:
+            if name == before:
+                out.append((None, 0.0, comm_s / 2.0))
+            out += [(name, per_op, pass_s(times[name]) / count[name])] * count[name]
+            if name == after:
+                out.append((None, 0.0, comm_s / 2.0))
+        if before is None and after is None and comm_s:  # no expert ops named: after the pass
+            out.append((None, 0.0, comm_s))
+        return out
+
+    forward_order = names
+    if issue.sync and first is not None:  # the segment from the sync to the next layer's
+        forward_order = names[names.index(first):] + names[:names.index(first)]
+    forward = units(forward_order, host.forward_s, lambda t: t.forward_s, issue.comm_forward_s, first, last)
+    if issue.sync and first is not None:  # the dispatch all-to-all ends the segment, before the sync
+        forward = forward[1:] + forward[:1]
+    backward = units(names[::-1], host.backward_s, lambda t: t.backward_s, issue.comm_backward_s, last, first)
+    wait_forward = _waits(forward, issue.sync and first is not None)
+    wait_backward = _waits(backward, False)
+    if not wait_forward and not wait_backward:
         return times
-    out = dict(times)
-    last = out[names[-1]]
-    out[names[-1]] = OpTimes(last.forward_s + wait_forward, last.backward_s, last.weight_s)
-    first = out[names[0]]  # its input gradient is the backward's last work
-    out[names[0]] = OpTimes(first.forward_s, first.backward_s + wait_backward, first.weight_s)
-    return out
+    return {name: OpTimes(t.forward_s + wait_forward.get(name, 0.0), t.backward_s + wait_backward.get(name, 0.0), t.weight_s)
+            for name, t in times.items()}
 
 
 def layer_issue(kind, plan, model, blocking_ep: tuple[float, float]) -> Issue | None:
@@ -235,8 +271,8 @@ def layer_issue(kind, plan, model, blocking_ep: tuple[float, float]) -> Issue | 
     local = max(1, model.moe.num_experts // plan.ep) if plan.expert_gemms == "per_expert" else 1
     return Issue(
         launches={name: local for name in experts} if local > 1 else {},
-        sync_before=experts[0] if plan.moe_host_sync else None,
-        combine_after=experts[-1],
+        experts=(experts[0], experts[-1]),
+        sync=plan.moe_host_sync,
         comm_forward_s=blocking_ep[0],
         comm_backward_s=blocking_ep[1],
     )
