@@ -200,7 +200,12 @@ def test_plan_network_rails_caps_the_nics_a_data_parallel_collective_drives():
 
     every_nic, one_nic = dp_comm(), dp_comm(network_rails=1)
     assert one_nic > 4 * every_nic
-    assert dp_comm(framework="megatron-lm") == pytest.approx(dp_comm(framework="megatron-lm", network_rails=1))
+    # the megatron-lm preset caps ZeRO-3's gathers and reduce-scatters alone (SC21's DeepSpeed
+    # ZeRO-3 runs); its own data-parallel all-reduce drives every NIC
+    assert dp_comm(framework="megatron-lm") == pytest.approx(dp_comm(framework="megatron-lm", network_rails=8))
+    sharded = dict(zero_stage=3, framework="megatron-lm")
+    assert dp_comm(**sharded) == pytest.approx(dp_comm(**sharded, zero3_network_rails=1))
+    assert dp_comm(**sharded) > 4 * dp_comm(**sharded, zero3_network_rails=8)
 
 
 @pytest.mark.parametrize("plan", [

@@ -326,7 +326,7 @@ def known_architecture(model_data: dict) -> str | None:
             return None
         if known.moe is not None and (model_data.get("moe") or {}).get("num_experts") != known.moe.num_experts:
             return None
-        added = [k for k in _ARCHITECTURE_ONLY if k not in model_data and k in known.model_fields_set]
+        added = [k for k in _ARCHITECTURE_ONLY if k not in model_data and getattr(known, k) != type(known).model_fields[k].default]
         for key in added:
             model_data[key] = getattr(known, key).model_dump() if key == "mla" else getattr(known, key)
         if known.moe is not None and isinstance(model_data.get("moe"), dict):

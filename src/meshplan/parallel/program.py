@@ -278,6 +278,9 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         "dp_shard": group_span(cluster, shard, replica_stride),
         "dp_replica": group_span(cluster, replicas // shard, replica_stride * shard),
     }
+    zero3_cluster = capped_rails(cluster, plan.zero3_network_rails)
+    spans["dp_shard_zero3"] = group_span(zero3_cluster, shard, replica_stride)
+    spans["edp_zero3"] = group_span(zero3_cluster, edp, edp_stride)
     if plan.ep_dispatch == "hierarchical" and ep > 1:
         spans.update(dispatch_spans(cluster, ep, ep_stride))
     kinds = {block.name: _kind(s, block, x_bytes, spans) for block in graph.blocks}
@@ -429,9 +432,10 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
     dp_comms: list[Comm] = []
     zero3: list[Comm] = []
     bucket = grad_bucket_params(plan)
-    for axis, span, size, params, trainable in (
-        ("dp", spans["dp_shard"] if plan.zero_stage else spans["dp"], shard if plan.zero_stage else dp, worst["params"], worst["trainable"]),
-        ("dp", spans["edp"], edp, worst["expert"], worst["expert_trainable"]),
+    for axis, span, zero3_span, size, params, trainable in (
+        ("dp", spans["dp_shard"] if plan.zero_stage else spans["dp"], spans["dp_shard_zero3"], shard if plan.zero_stage else dp,
+         worst["params"], worst["trainable"]),
+        ("dp", spans["edp"], spans["edp_zero3"], edp, worst["expert"], worst["expert_trainable"]),
     ):
         if size <= 1 or params <= 0:
             continue
@@ -449,9 +453,9 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
             # unit per decoder layer (FSDP wraps each block; DeepSpeed gathers per module)
             gathers = 3 if plan.recompute == "full" else 2
             units = float(max(layers_per_device, 1))
-            zero3 += [Comm(axis, "all_gather", weights / units, units * gathers, span)]
+            zero3 += [Comm(axis, "all_gather", weights / units, units * gathers, zero3_span)]
             if trainable > 0:
-                zero3 += [Comm(axis, "reduce_scatter", grads / units, units, span)]
+                zero3 += [Comm(axis, "reduce_scatter", grads / units, units, zero3_span)]
     if plan.zero_stage and shard < dp and worst["trainable"] > 0:
         # hybrid sharding: each shard's gradients are all-reduced across the replica groups
         grads = worst["trainable"] * state.gradient / shard

@@ -146,6 +146,9 @@ class Plan(Spec):
     # at most this many NICs of a node (links of a lower-level domain) carry one collective; None:
     # the cluster's rails, every NIC, as NCCL stripes its channels (meshplan.network.span)
     network_rails: Count | None = None
+    # the same cap for ZeRO-3/FSDP's per-layer weight gathers and gradient reduce-scatters alone
+    # (a framework whose sharded collectives reach fewer NICs than its other collectives)
+    zero3_network_rails: Count | None = None
     # NCCL_ALGO / NCCL_PROTO for the plan's collectives; "auto" lets NCCL's tuner pick per call
     # (meshplan.network.tuner). An algorithm applies to every collective kind it runs ("tree":
     # all-reduces only); "all_reduce:tree;all_gather:ring" (or a mapping) forces one per kind,
