@@ -323,8 +323,9 @@ def cost_program(program: Program) -> CostedProgram:
         return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb)
 
     # training decoder layers only, issued op by op: serving is left to the engines' CUDA
-    # graphs, which issue a whole step at once (as Plan.cuda_graphs "full" does in training), and a block model (the rack-scale study's, DFModel's einsums) is timed
-    # as its analytical mappings time it, with no host
+    # graphs, which issue a whole step at once (as Plan.cuda_graphs "full" does in training),
+    # and a block model (the rack-scale study's, DFModel's einsums) is timed as its analytical
+    # mappings time it, with no host
     dispatched = s.task.kind != "inference" and getattr(s.model, "block", "layer") == "layer" and s.plan.cuda_graphs == "none"
     host = efficiency.kernels.host if efficiency.kernels is not None and dispatched else None
     kinds = {name: _kind_times(kind, roof, eb, full, cap, wide, host, s.plan, s.model) for name, kind in program.kinds.items()}
