@@ -71,3 +71,17 @@ def test_megatron_selective_recompute_reruns_the_attention_core():
     assert dict(megatron.kinds["dense_layer"].recompute_ops) == {"attention": 1.0}
     flash = build_program(api.scenario("gpt3-175b", "dgx-a100-80gb", plan, 8))
     assert not dict(flash.kinds["dense_layer"].recompute_ops)
+
+
+def test_megatron_lm_after_ampere_runs_transformer_engines_fused_attention():
+    """The megatron-lm preset's unfused attention is the A100 era's (SC21, Korthikanti 2022): on
+    Hopper Megatron-LM runs Transformer Engine's fused attention (catalog.framework_on), unless
+    the plan says otherwise, and its one-NIC ZeRO-3 fit (DeepSpeed's of 2021) stays on Ampere."""
+    run = dict(num_devices=8, tp=8, global_batch_size=8, seq_len=8192, framework="megatron-lm")
+    hopper = api.scenario("llama3-8b", "dgx-h100", **run).plan
+    ampere = api.scenario("llama3-8b", "dgx-a100-80gb", **run).plan
+    assert hopper.flash_attention and hopper.zero3_network_rails is None
+    assert not ampere.flash_attention and ampere.zero3_network_rails == 1
+    assert not api.scenario("llama3-8b", "dgx-h100", **run, flash_attention=False).plan.flash_attention
+    # and a search starts from the same defaults
+    assert api.search_job("llama3-8b", "dgx-h100", 8, framework="megatron-lm")[3].flash_attention

@@ -94,6 +94,7 @@ def scenario(
     resolved_cluster = resolve_cluster(cluster, profile)
     if plan_data.get("strategy") is not None:
         plan_data = _transformer_strategy(plan_data, resolved_cluster, num_devices)
+    plan_data = _framework_on_device(plan_data, resolved_cluster)
     return make_scenario(
         resolved,
         resolved_cluster,
@@ -101,6 +102,14 @@ def scenario(
         num_devices,
         build(Task, task or {}, "task"),
     )
+
+
+def _framework_on_device(plan_data: dict, cluster: Cluster) -> dict:
+    """The plan's framework defaults as they were on the cluster's device family
+    (catalog.framework_on), under the fields the plan gives."""
+    name = plan_data.get("framework")
+    changes = catalog.framework_on(name, cluster.device.efficiency) if isinstance(name, str) else {}
+    return {**changes, **plan_data} if changes else plan_data
 
 
 def _transformer_strategy(plan_data: dict, cluster: Cluster, num_devices: int | None) -> dict:
@@ -183,11 +192,12 @@ def search_job(model, cluster, num_devices, plan=None, space=None, task=None, pr
     _check_fixed_fields(plan_data, space, resolved, task)
     if isinstance(resolved, DLRMModel):
         return (resolved, resolve_cluster(cluster, profile), num_devices, plan_data, None, task)
+    resolved_cluster = resolve_cluster(cluster, profile)
     return (
         resolved,
-        resolve_cluster(cluster, profile),
+        resolved_cluster,
         num_devices,
-        build(Plan, plan_data, "plan"),
+        build(Plan, _framework_on_device(plan_data, resolved_cluster), "plan"),
         build(SearchSpace, space or {}, "space"),
         build(Task, task or {}, "task"),
     )

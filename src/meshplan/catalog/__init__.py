@@ -61,8 +61,16 @@ def prices() -> dict:
 
 @cache
 def frameworks() -> dict[str, dict]:
-    """Plan defaults per training framework (frameworks.yaml), without their sources."""
-    return {name: {k: v for k, v in entry.items() if k != "source"} for name, entry in _raw("frameworks").items()}
+    """Plan defaults per training framework (frameworks.yaml), without their sources or their
+    per-device-family changes (framework_on)."""
+    return {name: {k: v for k, v in entry.items() if k not in ("source", "families")} for name, entry in _raw("frameworks").items()}
+
+
+def framework_on(name: str, family: str) -> dict:
+    """What a framework's defaults become on a device family (frameworks.yaml ``families``: a
+    family whose published runs ran the framework otherwise); empty where nothing changes."""
+    entry = _raw("frameworks").get(name) or {}
+    return {k: v for k, v in (entry.get("families") or {}).get(family, {}).items() if k != "source"}
 
 
 def _spec(kind: str, field: str, item_id: str, cls, resolve=None):
