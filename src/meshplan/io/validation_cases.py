@@ -302,8 +302,8 @@ def _normalized(name: str) -> str:
 
 
 #: catalog model fields the case format has no place for (SCHEMA.md): the attention's latent
-#: projections and the routing's node limit, which decide a DeepSeek-V3 step's attention FLOPs
-#: and its expert traffic across nodes
+#: projections and the norm, and in the moe block the routing's node limit (a DeepSeek-V3 step's
+#: attention FLOPs and its expert traffic across nodes turn on them)
 _ARCHITECTURE_ONLY = ("mla", "norm")
 _MOE_ONLY = ("max_nodes",)
 
@@ -311,7 +311,7 @@ _MOE_ONLY = ("max_nodes",)
 def known_architecture(model_data: dict) -> str | None:
     """Fill in, from the catalog, what the case format cannot say about a model the catalog
     knows: a case that names a catalog model (its id or name, ignoring case and punctuation)
-    and repeats its layers, hidden size, heads and vocabulary (and experts and top-k) takes its
+    and repeats its layers, hidden size, heads and vocabulary (and its expert count) takes its
     multi-head latent attention, its norm and its node-limited routing, each cited in
     catalog/models.yaml. Returns a note saying so, or None where nothing was added."""
     name = _normalized(str(model_data.get("name", "")))
