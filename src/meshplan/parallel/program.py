@@ -279,8 +279,9 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         "dp_replica": group_span(cluster, replicas // shard, replica_stride * shard),
     }
     zero3_cluster = capped_rails(cluster, plan.zero3_network_rails)
-    spans["dp_shard_zero3"] = group_span(zero3_cluster, shard, replica_stride)
-    spans["edp_zero3"] = group_span(zero3_cluster, edp, edp_stride)
+    spans["dp_shard_zero3"], spans["edp_zero3"] = (
+        (spans["dp_shard"], spans["edp"]) if zero3_cluster is cluster
+        else (group_span(zero3_cluster, shard, replica_stride), group_span(zero3_cluster, edp, edp_stride)))
     if plan.ep_dispatch == "hierarchical" and ep > 1:
         spans.update(dispatch_spans(cluster, ep, ep_stride))
     kinds = {block.name: _kind(s, block, x_bytes, spans) for block in graph.blocks}
