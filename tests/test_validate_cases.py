@@ -226,6 +226,31 @@ def test_nvl72_trays_of_four_are_the_catalog_node():
     assert result.error is None
 
 
+@pytest.mark.parametrize(("cluster", "host", "domain"), [("gb200-nvl72", 4, 72), ("gb300-nvl72", 4, 72), ("tpu-v4-pod", 4, 64)])
+def test_a_node_named_by_its_scale_up_domain_is_the_same_system(cluster, host, domain):
+    """A source may call an NVL72 rack (or a TPU v4 cube) the node: the same cluster as its
+    hosts of four, predicted the same; another size is refused, naming both that are valid."""
+    runs = {per_node: run_case(case(hardware__cluster=cluster, hardware__devices_per_node=per_node, precision="bf16"), 0)
+            for per_node in (host, domain, None)}
+    assert all(r.error is None for r in runs.values())
+    assert runs[host].predicted_step_time_s == runs[domain].predicted_step_time_s == runs[None].predicted_step_time_s
+    other = run_case(case(hardware__cluster=cluster, hardware__devices_per_node=8, precision="bf16"), 0)
+    assert other.error.startswith("sc21_1p7b.hardware.devices_per_node")
+    assert f"{host} devices per node ({domain} in its" in other.error
+
+
+@pytest.mark.parametrize("seq_len", ["absent", None])
+def test_a_case_without_its_sequence_length_is_refused(seq_len):
+    """The run's own sequence length: a model default would score a guess against a measurement."""
+    broken = case()
+    if seq_len == "absent":
+        del broken["batch"]["seq_len"]
+    else:
+        broken["batch"]["seq_len"] = seq_len
+    result = run_case(broken, 0)
+    assert result.predicted_step_time_s is None and result.error.startswith("sc21_1p7b.batch.seq_len")
+
+
 def test_a_run_larger_than_the_listed_system_is_predicted_not_refused():
     """dgx-a100-40gb lists Selene's 2,240 GPUs; a published run on 4,096 is more of the same nodes,
     and 128 times the data-parallel replicas of the 32-GPU run take about the same time per

@@ -151,9 +151,11 @@ def case_inputs(case: dict, where: str) -> dict:
             "shared_experts": _option(moe, "shared_experts", 0),
             "first_dense_layers": _option(moe, "first_dense_layers", 0),
         }
-    batch = _get(case, "batch", where)
     par = case.get("parallelism") or {}
     hardware = _get(case, "hardware", where)
+    seq_len = _get(case, "batch.seq_len", where)  # the run's own: a model's default would be a guess
+    if seq_len is None:
+        raise MeshplanError(f"{where}.batch.seq_len", None, "the run's tokens per sequence, a positive integer")
     plan = {
         "tp": _option(par, "tp", 1),
         "pp": _option(par, "pp", 1),
@@ -165,7 +167,7 @@ def case_inputs(case: dict, where: str) -> dict:
         "recompute": _recompute(_option(par, "activation_recompute", "none")),
         "micro_batch_size": _get(case, "batch.micro_batch_size", where),
         "global_batch_size": _get(case, "batch.global_batch_sequences", where),
-        "seq_len": batch.get("seq_len"),
+        "seq_len": seq_len,
     }
     precision = _word(_option(case, "precision", "bf16"))
     plan["precision"], scaling = _PRECISION_ALIASES.get(_name(precision), (precision, None))
@@ -378,6 +380,8 @@ def _cluster(case: dict, case_id: str):
     per_node = case["hardware"].get("devices_per_node")
     if per_node is None or per_node == cluster.devices_per_node:
         return cluster
+    if cluster.node_devices is not None and per_node == cluster.scale_up_devices:
+        return cluster  # a node named by its scale-up domain: an NVL72 rack's 72 GPUs, a TPU v4 cube's 64 chips
     field = f"{case_id}.hardware.devices_per_node"
     if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
         raise MeshplanError(field, per_node, "a positive integer")
@@ -386,10 +390,11 @@ def _cluster(case: dict, case_id: str):
     whole_nodes = not isinstance(devices, int) or devices <= per_node or devices % per_node == 0
     if (cluster.node_devices is not None or len(levels) < 2 or not whole_nodes
             or (outer is not None and (per_node >= outer or outer % per_node))):
+        named = (f"{cluster.devices_per_node} devices per node ({cluster.scale_up_devices} in its {levels[0].name} domain, "
+                 "which may also be given)" if cluster.node_devices is not None else f"{cluster.devices_per_node} devices per node")
         raise MeshplanError(
-            field, per_node, f"{cluster_id} has {cluster.devices_per_node} devices per node; a node of {per_node} "
-            "is another system (give a cluster whose scale-up domain is that node, dividing its next network level "
-            "and the device count)",
+            field, per_node, f"{cluster_id} has {named}; a node of {per_node} is another system (give a cluster whose "
+            "scale-up domain is that node, dividing its next network level and the device count)",
         )
     resized = (levels[0].model_copy(update={"size": per_node}), *levels[1:])
     return cluster.model_copy(update={"levels": resized, "id": f"{cluster_id} ({per_node} devices per node)"})
