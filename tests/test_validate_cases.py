@@ -185,6 +185,26 @@ def test_a_catalog_model_brings_what_the_case_format_cannot_say():
     assert result.error is None and "from the catalog's deepseek-v3" in result.note
 
 
+def test_the_experts_ffn_width_defaults_to_the_models():
+    """As Megatron-Core's moe_ffn_hidden_size (and Mixtral's one intermediate_size): a case that
+    gives ffn_hidden_size and no expert width runs experts of that width; with neither it is
+    refused, naming the field."""
+    mixtral = {"name": "Mixtral-8x7B", "arch": "moe", "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+               "num_kv_heads": 8, "ffn_hidden_size": 14336, "ffn_type": "swiglu", "vocab_size": 32000,
+               "moe": {"num_experts": 8, "top_k": 2}}
+    run = dict(hardware__num_devices=64, parallelism__tp=2, parallelism__dp=32, parallelism__ep=8,
+               parallelism__sequence_parallel=True, batch__micro_batch_size=1)
+    implied = run_case(case(model=mixtral, **run), 0)
+    stated = copy.deepcopy(mixtral)
+    stated["moe"]["expert_ffn_hidden_size"] = 14336
+    assert implied.error is None
+    assert implied.predicted_step_time_s == run_case(case(model=stated, **run), 0).predicted_step_time_s
+    neither = copy.deepcopy(mixtral)
+    neither["ffn_hidden_size"] = None
+    error = run_case(case(model=neither, **run), 0).error
+    assert error.startswith("sc21_1p7b.model.moe.expert_ffn_hidden_size") and "ffn_hidden_size" in error
+
+
 def test_an_interleaved_case_need_not_have_a_multiple_of_pp_micro_batches():
     """10 micro-batches over pp 4: scored in groups of 5 (the smallest group Megatron-Core
     accepts), or in the group the case gives under Megatron-Core's name."""

@@ -143,11 +143,16 @@ def case_inputs(case: dict, where: str) -> dict:
     model_data["name"] = str(model.get("name", ""))
     if _word(model.get("arch")) == "moe":  # SCHEMA.md's moe block: experts, top_k, expert FFN, shared, leading dense
         moe = dict(_get(case, "model.moe", where))
+        if moe.get("expert_ffn_hidden_size") is None and model.get("ffn_hidden_size") is None:
+            raise MeshplanError(f"{where}.model.moe.expert_ffn_hidden_size", None,
+                                "each expert's FFN width, a positive integer (or model.ffn_hidden_size, which it defaults to)")
         model_data["arch"] = "moe"
         model_data["moe"] = {
             "num_experts": moe.get("num_experts"),
             "top_k": moe.get("top_k"),
-            "expert_ffn_hidden_size": moe.get("expert_ffn_hidden_size"),
+            # Megatron-Core's default (TransformerConfig: moe_ffn_hidden_size falls back to
+            # ffn_hidden_size), as HF's Mixtral config has one intermediate_size for its experts
+            "expert_ffn_hidden_size": _option(moe, "expert_ffn_hidden_size", model.get("ffn_hidden_size")),
             "shared_experts": _option(moe, "shared_experts", 0),
             "first_dense_layers": _option(moe, "first_dense_layers", 0),
         }
