@@ -9,6 +9,7 @@ import pytest
 
 from meshplan import api, catalog
 from meshplan.costs.compute import Roofline
+from meshplan.costs.costed import cost_program
 from meshplan.costs.kernels import DROPOUT_MASK_BYTES, gemm_s, memory_op_s, unfused_attention_s
 from meshplan.parallel.program import build_program
 from meshplan.workloads.ops import AttentionShape
@@ -85,3 +86,20 @@ def test_megatron_lm_after_ampere_runs_transformer_engines_fused_attention():
     assert not api.scenario("llama3-8b", "dgx-h100", **run, flash_attention=False).plan.flash_attention
     # and a search starts from the same defaults
     assert api.search_job("llama3-8b", "dgx-h100", 8, framework="megatron-lm")[3].flash_attention
+
+
+def test_nemo_launcher_runs_flash_attention_2_on_hopper():
+    """NeMo's launcher containers 24.01-24.07 set NVTE_FUSED_ATTN=0, so Transformer Engine ran
+    the flash-attn package (FlashAttention-2) on Hopper where it prefers cuDNN's fused attention:
+    the attention op runs at FlashAttention-2's fraction of the measured kernel (FlashAttention-3
+    paper, Fig. 5: 335 against 616 TFLOP/s forward), everything else as NeMo 2.0's preset."""
+    run = dict(num_devices=8, tp=1, cp=2, global_batch_size=16, seq_len=8192, precision="fp8")
+    launcher = cost_program(build_program(api.scenario("llama3-8b", "dgx-h100", **run, framework="nemo-launcher")))
+    recipes = cost_program(build_program(api.scenario("llama3-8b", "dgx-h100", **run, framework="nemo")))
+    assert launcher.program.scenario.plan.attention_kernel == "flash2" and recipes.program.scenario.plan.attention_kernel is None
+    slow, fast = launcher.kinds["dense_layer"].ops["attention"], recipes.kinds["dense_layer"].ops["attention"]
+    # the fractions slow the math, not the kernel's memory traffic
+    assert 1.5 < slow.forward_s / fast.forward_s <= 1.0 / 0.544 and 1.5 < slow.backward_s / fast.backward_s <= 1.0 / 0.574
+    assert launcher.kinds["dense_layer"].ops["qkv"] == recipes.kinds["dense_layer"].ops["qkv"]
+    ampere = api.scenario("llama3-8b", "dgx-a100-80gb", **{**run, "precision": "bf16"}, framework="nemo-launcher").plan
+    assert ampere.attention_kernel is None  # Ampere's profile is FlashAttention-2 class already

@@ -125,7 +125,7 @@ def test_framework_spellings_pick_the_catalog_preset(spelling):
 
 
 @pytest.mark.parametrize("spelling, preset", [
-    ("NeMo 2.0", "nemo"), ("Megatron-LM v3", "megatron-lm"), ("DeepSpeed 0.9.2", "deepspeed"), ("torchtitan", "torchtitan"),
+    ("NeMo 2.0", "nemo"), ("NeMo 24.07", "nemo-launcher"), ("Megatron-LM v3", "megatron-lm"), ("DeepSpeed 0.9.2", "deepspeed"), ("torchtitan", "torchtitan"),
     ("MosaicML Composer", "llm-foundry"), ("llm-foundry 0.10", "llm-foundry"), ("FSDP2", "pytorch-fsdp"),
 ])
 def test_framework_names_may_carry_a_version(spelling, preset):
@@ -133,6 +133,32 @@ def test_framework_names_may_carry_a_version(spelling, preset):
 
     assert framework_name(spelling) == preset
     assert framework_name("megatron-9000-lm") is None  # only a trailing version is dropped
+
+
+@pytest.mark.parametrize("framework, source, preset", [
+    ("NeMo 24.07", None, "nemo-launcher"), ("nemo_24.01", None, "nemo-launcher"), ("NeMo 1.23.0", None, "nemo-launcher"),
+    ("NeMo 24.09", None, "nemo"), ("NeMo 25.02", None, "nemo"), ("NeMo 2.0", None, "nemo"), ("nemo-launcher", None, "nemo-launcher"),
+    ("nemo", "NVIDIA NeMo Framework performance summary, container NeMo 24.07 (DGX-H100, FP8)", "nemo-launcher"),
+    ("nemo", "NeMo 24.12 performance summary", "nemo"), ("nemo", "a blog post", "nemo"), ("nemo", None, "nemo"),
+    ("NeMo 24.09", "container NeMo 24.07", "nemo"),  # the framework's own version wins
+    ("megatron-core", "NeMo 24.07", "megatron-core"),
+])
+def test_nemo_names_its_era_by_container(framework, source, preset):
+    """NeMo's containers 24.01-24.07 ran the NeMo Framework Launcher's defaults (cuDNN attention
+    off), later ones NeMo 2.0's recipes; a bare "nemo" takes the version its source names."""
+    from meshplan.io.validation_cases import framework_name
+
+    assert framework_name(framework, source) == preset
+
+
+def test_a_case_scored_under_its_containers_preset_says_so():
+    nemo = case(framework="nemo", source="NeMo 24.07 performance summary", hardware__cluster="dgx-h100",
+                parallelism__tp=8, parallelism__dp=4, precision="fp8")
+    launcher = run_case(nemo, 0)
+    assert launcher.note == "nemo-launcher defaults, for the version its source names"
+    assert run_case(case(**{k: v for k, v in nemo.items() if k != "source"}), 0).note is None
+    later = run_case({**nemo, "source": "NeMo 24.12 performance summary"}, 0)
+    assert later.note is None and later.predicted_step_time_s < launcher.predicted_step_time_s
 
 
 def test_a_case_may_carry_its_pipeline_layout():

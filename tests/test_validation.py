@@ -13,8 +13,8 @@ CASES = Path(__file__).resolve().parents[2] / "shared" / "validation" / "public-
 pytestmark = pytest.mark.skipif(not CASES.is_file(), reason="shared/validation is not beside the repo")
 
 #: the groups the Ampere profile is fitted on (benchmarks/calibrate.py), and MAD Max's DLRM case;
-#: the Hopper/Blackwell groups (NeMo 24.07, Megatron-Bridge) are scored here but their accuracy
-#: targets belong to the engine and hardware-profile work (issues 8-10), so only scoring is tested
+#: the Hopper/Blackwell groups are scored here; NeMo 24.07 is held to issue 10's bar below, and
+#: Megatron-Bridge's target still belongs to the engine and hardware-profile work (issues 8-10)
 FITTED_GROUPS = ("megatron_sc21", "korthikanti_2022", "madmax_dlrm")
 
 
@@ -44,3 +44,13 @@ def test_median_error_per_group_within_10_percent(results):
 def test_every_case_within_25_percent(results):
     misses = {r.id: r.relative_error for r in results if r.group in FITTED_GROUPS and abs(r.relative_error) > 0.25}
     assert not misses
+
+
+def test_nemo_24_07_runs_within_issue_10s_bar(results):
+    """NeMo 24.07's H100 FP8 runs, predicted (not fitted) with the nemo-launcher preset their
+    container ran (FlashAttention-2 on Hopper, catalog/frameworks.yaml): the group's median within
+    5% (issue 10's bar), and every run within 12% (GPT-3 5B is the farthest, 9% fast)."""
+    nemo = [r for r in results if r.group == "nemo_perf_2407"]
+    assert len(nemo) == 12 and all(r.note and "nemo-launcher" in r.note for r in nemo)
+    assert summarize(nemo)["nemo_perf_2407"]["median_abs_error"] <= 0.05
+    assert max(abs(r.relative_error) for r in nemo) <= 0.12

@@ -81,7 +81,7 @@ def _get(case: dict, path: str, where: str):
 _FRAMEWORK_ALIASES = {"megatron-bridge": "megatron-core", "mcore": "megatron-core", "llmfoundry": "llm-foundry",
                       "composer": "llm-foundry", "mosaicml": "llm-foundry", "mosaicml-composer": "llm-foundry",
                       "mosaicml-llm-foundry": "llm-foundry", "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp",
-                      "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed"}
+                      "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
 
 
 #: precisions as published tables and training flags spell them: (plan precision, FP8 scaling or
@@ -123,13 +123,37 @@ def _recompute(value):
     return _RECOMPUTE_FLAGS[value] if isinstance(value, bool) else _word(value)
 
 
-def framework_name(value) -> str | None:
+#: NeMo's containers whose launcher ran the nemo-launcher preset (catalog/frameworks.yaml: it
+#: turned cuDNN attention off from 24.01 to 24.07); NeMo 1.x is the toolkit version they carried
+_NEMO_LAUNCHER_CONTAINERS = ((24, 1), (24, 7))
+_NEMO_VERSION = re.compile(r"nemo(?![a-z])\D{0,40}?(?<![\d.])(\d{1,2})\.(\d{1,2})(?:\.\d+)?(?![\d.])", re.IGNORECASE)
+
+
+def _nemo_era(text) -> str | None:
+    """nemo-launcher or nemo from the first NeMo version ``text`` names (a container "24.07" or
+    the toolkit's "1.23" / "2.0"); None where it names none."""
+    match = _NEMO_VERSION.search(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    major, minor = int(match.group(1)), int(match.group(2))
+    if major < 20:  # the toolkit: NeMo 1.x is the launcher's, 2.x the recipes'
+        return "nemo-launcher" if major == 1 else "nemo"
+    first, last = _NEMO_LAUNCHER_CONTAINERS
+    return "nemo-launcher" if first <= (major, minor) <= last else "nemo"
+
+
+def framework_name(value, source=None) -> str | None:
     """The catalog framework a case's ``framework`` names, or None (meshplan's own defaults). A
-    trailing version is not part of the name ("NeMo 2.0", "Megatron-LM v3", "DeepSpeed 0.9.2")."""
+    trailing version is not part of the name ("NeMo 2.0", "Megatron-LM v3", "DeepSpeed 0.9.2"),
+    except NeMo's, which picks its era: containers 24.01-24.07 (NeMo 1.x) ran the launcher's
+    defaults (``nemo-launcher``), later ones NeMo 2.0's recipes (``nemo``). NeMo named without a
+    version takes it from the case's ``source``, where sources name the container they ran."""
     if not isinstance(value, str):
         return None
     for name in (_name(value), re.sub(r"-v?\d[\d.]*$", "", _name(value))):
         name = _FRAMEWORK_ALIASES.get(name, name)
+        if name == "nemo":
+            return _nemo_era(value) or _nemo_era(source) or name
         if name in catalog.frameworks():
             return name
     return None
@@ -193,7 +217,7 @@ def case_inputs(case: dict, where: str) -> dict:
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
         plan["cuda_graphs"] = _word(graphs)
-    framework = framework_name(case.get("framework"))
+    framework = framework_name(case.get("framework"), case.get("source"))
     if framework:  # its overlap defaults (SCHEMA.md); others run on meshplan's
         plan["framework"] = framework
     return {
@@ -296,7 +320,9 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
     inputs["cluster"] = cluster
     known = known_architecture(inputs["model"]) if arch != "dlrm" else None
     scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
-    note = "; ".join(n for n in (known, note) if n) or None
+    preset = inputs["plan"].get("framework") if arch != "dlrm" else None
+    era = f"{preset} defaults, for the version its source names" if preset != framework_name(case.get("framework")) else None
+    note = "; ".join(n for n in (known, era, note) if n) or None
     try:
         result = estimate(**inputs)
     except MeshplanError as err:  # name the case in the field path

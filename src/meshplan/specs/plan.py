@@ -16,7 +16,7 @@ Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["1f1b", "gpipe", "zb-h1", "dualpipe"]
 TPOverlap = Literal["none", "bulk", "pipelined"]
 EPOverlap = Literal["none", "paired"]
-Framework = Literal["megatron-lm", "megatron-core", "nemo", "torchtitan", "deepspeed", "llm-foundry", "pytorch-fsdp"]
+Framework = Literal["megatron-lm", "megatron-core", "nemo", "nemo-launcher", "torchtitan", "deepspeed", "llm-foundry", "pytorch-fsdp"]
 TrainPrecision = Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
 AXES = ("tp", "cp", "dp", "pp")
 #: collective algorithms a plan may force (meshplan.network.algorithms), and the kinds each runs
