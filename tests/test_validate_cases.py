@@ -161,6 +161,12 @@ def test_a_case_scored_under_its_containers_preset_says_so():
     assert later.note is None and later.predicted_step_time_s < launcher.predicted_step_time_s
 
 
+def test_a_framework_without_a_preset_is_scored_on_meshplans_defaults_and_says_so():
+    result = run_case(case(framework="MaxText"), 0)
+    assert result.error is None and result.note == "no preset for framework 'MaxText': meshplan's defaults"
+    assert result.predicted_step_time_s == run_case(case(), 0).predicted_step_time_s
+
+
 def test_a_case_may_carry_its_pipeline_layout():
     staged = case(parallelism__pp=2, parallelism__dp=16, batch__global_batch_sequences=512)
     even = run_case(staged, 0)

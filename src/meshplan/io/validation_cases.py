@@ -321,7 +321,11 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
     known = known_architecture(inputs["model"]) if arch != "dlrm" else None
     scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
     preset = inputs["plan"].get("framework") if arch != "dlrm" else None
-    era = f"{preset} defaults, for the version its source names" if preset != framework_name(case.get("framework")) else None
+    named = case.get("framework")
+    if preset is None and arch != "dlrm" and isinstance(named, str) and named.strip():
+        era = f"no preset for framework {named.strip()!r}: meshplan's defaults"
+    else:
+        era = f"{preset} defaults, for the version its source names" if preset != framework_name(named) else None
     note = "; ".join(n for n in (known, era, note) if n) or None
     try:
         result = estimate(**inputs)
