@@ -167,6 +167,12 @@ def test_a_framework_without_a_preset_is_scored_on_meshplans_defaults_and_says_s
     assert result.predicted_step_time_s == run_case(case(), 0).predicted_step_time_s
 
 
+@pytest.mark.skipif(not CASES.is_file(), reason="shared/validation is not beside the repo")
+def test_a_dlrm_case_naming_a_framework_gets_no_preset_note():
+    dlrm = next(c for c in yaml.safe_load(CASES.read_text()) if c["model"]["arch"] == "dlrm")
+    assert run_case({**dlrm, "framework": "nemo"}, 0).note is None
+
+
 def test_a_case_may_carry_its_pipeline_layout():
     staged = case(parallelism__pp=2, parallelism__dp=16, batch__global_batch_sequences=512)
     even = run_case(staged, 0)

@@ -320,18 +320,21 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
     inputs["cluster"] = cluster
     known = known_architecture(inputs["model"]) if arch != "dlrm" else None
     scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
-    preset = inputs["plan"].get("framework") if arch != "dlrm" else None
-    named = case.get("framework")
-    if preset is None and arch != "dlrm" and isinstance(named, str) and named.strip():
-        era = f"no preset for framework {named.strip()!r}: meshplan's defaults"
-    else:
-        era = f"{preset} defaults, for the version its source names" if preset != framework_name(named) else None
-    note = "; ".join(n for n in (known, era, note) if n) or None
+    preset = _preset_note(case.get("framework"), inputs["plan"].get("framework")) if arch != "dlrm" else None
+    note = "; ".join(n for n in (known, preset, note) if n) or None
     try:
         result = estimate(**inputs)
     except MeshplanError as err:  # name the case in the field path
         raise MeshplanError(f"{case_id}.{err.field}", err.value, err.valid, hint=err.hint) from None
     return result.step_time_s * scale, result.fits, note
+
+
+def _preset_note(named, preset: str | None) -> str | None:
+    """What the result says of the framework preset a case ran on: none for the name it gives,
+    or one its source's version picked (framework_name); None where the name chose it."""
+    if preset is None:
+        return f"no preset for framework {named.strip()!r}: meshplan's defaults" if isinstance(named, str) and named.strip() else None
+    return f"{preset} defaults, for the version its source names" if preset != framework_name(named) else None
 
 
 def _normalized(name: str) -> str:
