@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import meshplan
 from meshplan import catalog
 from meshplan.specs import Cluster, Device, TransformerModel
 
@@ -131,6 +132,31 @@ def test_h100_dense_peaks():
     assert h100.peak("bf16") == pytest.approx(989e12, rel=0.01)  # dense, not the 1,979 sparse figure
     assert h100.peak("fp8") == pytest.approx(1979e12, rel=0.01)
     assert h100.hbm_bytes_per_s == pytest.approx(3.35e12, rel=0.01)
+
+
+def test_gb200_runs_at_b200s_sustained_peak_and_reports_mfu_against_its_datasheet():
+    """Measured: the same recipes on 8 GB200 and 8 B200 take the same time (devices.yaml,
+    sustained_peak_fraction). Kernels are timed at B200's peaks; the datasheet stays the MFU base."""
+    gb200, b200 = catalog.device("gb200"), catalog.device("b200")
+    assert gb200.peak("fp8") == pytest.approx(5e15)  # the datasheet
+    for precision in ("bf16", "fp8", "fp4"):
+        assert gb200.sustained_peak(precision) == pytest.approx(b200.peak(precision))
+        assert b200.sustained_peak(precision) == b200.peak(precision)
+    plan = dict(model="llama3-8b", num_devices=8, tp=1, micro_batch_size=2, global_batch_size=128,
+                seq_len=8192, precision="fp8", framework="megatron-core")
+    on_gb200 = meshplan.estimate(cluster="gb200-nvl72", **plan)
+    on_b200 = meshplan.estimate(cluster="dgx-b200", **plan)
+    # same die, same clock: within the 1.2x power headroom GB200 has over B200 (1200 vs 1000 W)
+    assert on_b200.step_time_s / 1.1 < on_gb200.step_time_s <= on_b200.step_time_s * 1.001
+    assert on_gb200.mfu == pytest.approx(on_gb200.model_flop_per_step / 8 / on_gb200.step_time_s / 5e15, rel=1e-6)
+
+
+def test_a_sustained_share_below_the_datasheet_needs_a_source():
+    raw = dict(catalog.entry("devices", "gb200"), id="gb200")
+    assert Device.model_validate(raw).sustained_peak_fraction == 0.9
+    raw["sources"] = {k: v for k, v in raw["sources"].items() if k != "sustained_peak_fraction"}
+    with pytest.raises(ValueError, match="sustained_peak_fraction"):
+        Device.model_validate(raw)
 
 
 def test_tpu_v4_has_bf16_but_no_fp8():

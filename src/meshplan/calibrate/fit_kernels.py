@@ -100,7 +100,7 @@ def missing_data(folder: str | Path, device: Device) -> str | None:
 
 
 def chip(device: Device, precision: str) -> Chip:
-    return Chip(device.peak(precision), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
+    return Chip(device.sustained_peak(precision), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
 
 
 def gemm_kernel(x, tile, overhead: float) -> GemmKernel:

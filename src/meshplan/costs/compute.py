@@ -67,11 +67,11 @@ class Roofline:
                 kernels = kernels.model_copy(update={"attention": slower})
             if device.sm_count is None:
                 raise MeshplanError("device.sm_count", None, f"a whole number: the {device.efficiency} profile times kernels by tiles over the SMs")
-            chip = Chip(device.peak(precision), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
+            chip = Chip(device.sustained_peak(precision), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
             attention = attention_precision(precision)
-            attention_chip = Chip(device.peak(attention), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
+            attention_chip = Chip(device.sustained_peak(attention), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
         return cls(
-            peak_flop_per_s=device.peak(precision),
+            peak_flop_per_s=device.sustained_peak(precision),
             bytes_per_s=device.hbm_bytes_per_s * efficiency.memory,
             buffer_bytes=device.sram_bytes,
             efficiency=efficiency,

@@ -107,6 +107,10 @@ class Device(Spec):
     # and attention tiles spread over; needed by profiles with kernel models
     sm_count: int | None = Field(default=None, ge=1, le=100_000)
     efficiency: str  # a profile id in catalog/efficiency.yaml
+    # the share of the datasheet peaks its tensor cores hold in training, where measured runs
+    # show less (a datasheet quoted at a clock the part does not sustain): kernels are timed at
+    # peak x this, MFU stays against the datasheet
+    sustained_peak_fraction: float = Field(default=1.0, gt=0.0, le=1.0)
     sources: dict[str, str]
 
     @model_validator(mode="after")
@@ -114,6 +118,8 @@ class Device(Spec):
         needed = {"peak_flop_per_s", "hbm_bytes", "hbm_bytes_per_s", "sram_bytes", "tdp_w"}
         if self.sm_count is not None:
             needed.add("sm_count")
+        if self.sustained_peak_fraction != 1.0:
+            needed.add("sustained_peak_fraction")
         missing = needed - set(self.sources)
         if missing:
             raise ValueError(f"sources must cite {sorted(missing)}")
@@ -148,3 +154,8 @@ class Device(Spec):
             supported = ", ".join(self.peak_flop_per_s)
             raise MeshplanError("plan.precision", precision, f"{self.id} supports {supported}")
         return self.peak_flop_per_s[precision]
+
+    def sustained_peak(self, precision: str) -> float:
+        """The dense flop/s kernels are timed against: the peak in ``precision`` times the share
+        of it the part sustains (``sustained_peak_fraction``)."""
+        return self.peak(precision) * self.sustained_peak_fraction
