@@ -223,6 +223,34 @@ def test_a_catalog_model_brings_what_the_case_format_cannot_say():
     assert result.error is None and "from the catalog's deepseek-v3" in result.note
 
 
+def test_a_case_may_say_how_its_expert_all_to_alls_ran():
+    """Megatron-Core's switches, as a recipe writes them: the alltoall dispatcher sends a token
+    once per expert (slower across nodes than the flex dispatcher megatron-core's preset assumes),
+    and moe_a2a_overlap runs it beside another micro-batch's compute; meshplan's own words too."""
+    small_moe = {"name": "moe", "arch": "moe", "num_layers": 8, "hidden_size": 2048, "num_attention_heads": 16,
+                 "num_kv_heads": 4, "ffn_hidden_size": None, "ffn_type": "swiglu", "vocab_size": 32000,
+                 "moe": {"num_experts": 32, "top_k": 4, "expert_ffn_hidden_size": 768}}
+    run = dict(model=small_moe, hardware__cluster="dgx-h100", hardware__num_devices=16, parallelism__dp=16,
+               parallelism__ep=16, parallelism__activation_recompute="none", batch__micro_batch_size=1,
+               batch__seq_len=4096, precision="bf16", framework="megatron-core")
+
+    def predicted(**extra):
+        result = run_case(case(**run, **{f"parallelism__{k}": v for k, v in extra.items()}), 0)
+        assert result.error is None, result.error
+        return result.predicted_step_time_s
+
+    flex = predicted()
+    assert predicted(moe_token_dispatcher_type="flex") == predicted(ep_dispatch="hierarchical") == flex
+    alltoall = predicted(moe_token_dispatcher_type="alltoall")
+    assert alltoall == predicted(ep_dispatch="all_to_all") > flex
+    overlapped = predicted(moe_token_dispatcher_type="alltoall", moe_a2a_overlap=True)
+    assert overlapped == predicted(ep_dispatch="all_to_all", ep_overlap="paired") < alltoall
+    assert predicted(moe_token_dispatcher_type="alltoall", overlap_moe_expert_parallel_comm=False) == alltoall
+    for key, value, field in (("ep_overlap", "sometimes", "plan.ep_overlap"), ("moe_token_dispatcher_type", "allgather", "plan.ep_dispatch")):
+        bad = run_case(case(**run, **{f"parallelism__{key}": value}), 0)
+        assert bad.error.startswith(f"sc21_1p7b.{field}: got {value!r}"), bad.error
+
+
 def test_the_experts_ffn_width_defaults_to_the_models():
     """As Megatron-Core's moe_ffn_hidden_size (and Mixtral's one intermediate_size): a case that
     gives ffn_hidden_size and no expert width runs experts of that width; with neither it is

@@ -159,6 +159,18 @@ def framework_name(value, source=None) -> str | None:
     return None
 
 
+#: Megatron-Core's token dispatchers (moe_token_dispatcher_type) -> Plan.ep_dispatch: alltoall
+#: sends each token once per expert; flex (DeepEP, HybridEP) once per node and forwards it there
+_DISPATCHERS = {"alltoall": "all_to_all", "flex": "hierarchical"}
+
+
+def _ep_overlap(value):
+    """Plan.ep_overlap from a case: meshplan's word, or Megatron-Core's boolean switch."""
+    if isinstance(value, bool):
+        return "paired" if value else "none"
+    return _word(value)
+
+
 def case_inputs(case: dict, where: str) -> dict:
     """Keyword arguments for ``meshplan.estimate`` from one dense or MoE case."""
     model = _get(case, "model", where)
@@ -214,6 +226,12 @@ def case_inputs(case: dict, where: str) -> dict:
     tp_overlap = _option(par, "tp_overlap", None)
     if tp_overlap is not None:  # how its tensor-parallel collectives ran (async TP: pipelined)
         plan["tp_overlap"] = _word(tp_overlap)
+    ep_overlap = _option(par, "ep_overlap", par.get("moe_a2a_overlap", par.get("overlap_moe_expert_parallel_comm")))
+    if ep_overlap is not None:  # the expert all-to-alls beside another micro-batch's compute (Megatron-Core's name too)
+        plan["ep_overlap"] = _ep_overlap(ep_overlap)
+    dispatch = _option(par, "ep_dispatch", par.get("moe_token_dispatcher_type"))
+    if dispatch is not None:  # and the dispatcher that carried them
+        plan["ep_dispatch"] = _DISPATCHERS.get(_word(dispatch), _word(dispatch))
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
         plan["cuda_graphs"] = _word(graphs)
