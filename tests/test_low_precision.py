@@ -88,6 +88,8 @@ def test_fp8_plans_keep_the_output_layer_gemm_in_16_bits():
     ("fp8", "current", False, 6.0),  # an amax pass first
     ("fp4", "delayed", False, 3.0),
     ("fp4", "delayed", True, 0.0),  # writing half a byte saves more than the transpose costs
+    ("fp4", "nvfp4", False, 7.0),  # both amaxes in one read, then a row-wise and a Hadamard column-wise cast
+    ("fp4", "nvfp4", True, 7.0),  # a norm cannot give the transform's amax: nothing fuses
     ("bf16", "delayed", False, 0.0),
 ])
 def test_cast_bytes_per_element(precision, scaling, fused, expected):
@@ -112,6 +114,20 @@ def test_each_fp8_gemm_casts_its_input_and_its_output_gradient():
     assert ops["mlp_up"].cast_bytes == (t * h * 1.0, t * 2 * f * 1.0)
     assert ops["mlp_down"].cast_bytes == (t * f * 1.0, t * h * 4.0)
     assert all(op.cast_bytes == (0.0, 0.0) for op in _kind("bf16").values())
+
+
+def test_fp4_plans_scale_as_nvfp4_whatever_the_fp8_recipe():
+    """Transformer Engine trains FP4 with NVFP4 only: megatron-core's FP8 current scaling does not
+    apply to an FP4 plan; plain block scales (MXFP4) cast in one pass and cost less."""
+    def step(**fields):
+        return api.estimate("llama3-8b", "dgx-b200", num_devices=8, global_batch_size=8, seq_len=4096,
+                            precision="fp4", **fields)
+
+    nvfp4 = step()
+    assert api.scenario("llama3-8b", "dgx-b200", num_devices=8, precision="fp4", framework="megatron-core").plan.quant_scaling == "nvfp4"
+    assert step(framework="megatron-core", fp8_scaling="delayed").step_time_s == step(framework="megatron-core").step_time_s
+    assert step(fp4_scaling="block").step_time_s < nvfp4.step_time_s
+    assert step(fp4_scaling="nvfp4").step_time_s == nvfp4.step_time_s
 
 
 def test_casts_cost_time_and_current_scaling_costs_more():

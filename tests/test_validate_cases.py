@@ -80,14 +80,15 @@ def test_keywords_are_read_in_any_case():
 
 @pytest.mark.parametrize("spelling, precision, scaling", [
     ("MXFP8", "fp8", "block"), ("fp8-mx", "fp8", "block"), ("FP8-CS", "fp8", "current"), ("fp8_ds", "fp8", "delayed"),
-    ("NVFP4", "fp4", "block"), ("float8", "fp8", None), ("bfloat16", "bf16", None), ("BF16", "bf16", None)])
+    ("NVFP4", "fp4", "nvfp4"), ("MXFP4", "fp4", "block"), ("float8", "fp8", None), ("bfloat16", "bf16", None), ("BF16", "bf16", None)])
 def test_precision_spellings_of_published_tables(spelling, precision, scaling):
     """Megatron-Bridge's tables and PyTorch's dtype names; a named scaling recipe overrides the
     framework's (megatron-core: current)."""
     from meshplan.io.validation_cases import case_inputs
 
     plan = case_inputs(case(precision=spelling, framework="megatron-core"), "x")["plan"]
-    assert plan["precision"] == precision and plan.get("fp8_scaling") == scaling
+    assert plan["precision"] == precision
+    assert plan.get("fp4_scaling" if precision == "fp4" else "fp8_scaling") == scaling
     on_h100 = run_case(case(precision=spelling, hardware__cluster="dgx-h100"), 0)
     assert on_h100.error is None or precision == "fp4"  # Hopper has no FP4 tensor cores
     assert "fp4" in (run_case(case(precision="nvfp4", hardware__cluster="dgx-h100"), 0).error or "")

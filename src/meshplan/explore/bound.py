@@ -83,7 +83,7 @@ def _layer_s(s: Scenario, profile) -> float:
     for block in blocks:
         seconds = 0.0
         for op in block.ops:
-            t = op_times(shard_op(op, p.tp, p.cp, sp, p.expert_tp, p.precision, p.fp8_scaling), roof, element)
+            t = op_times(shard_op(op, p.tp, p.cp, sp, p.expert_tp, p.precision, p.quant_scaling), roof, element)
             rerun = p.recompute == "full" or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
             seconds += t.forward_s * (2.0 if rerun else 1.0) + t.backward_s
         cheapest = min(cheapest, seconds)
@@ -132,6 +132,6 @@ def _layer_j(s: Scenario, power) -> float:
         tally = WorkTally(p.precision, element)
         for op in block.ops:
             rerun = p.recompute == "full" or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
-            tally.add(shard_op(op, p.tp, p.cp, sp, p.expert_tp, p.precision, p.fp8_scaling), 1.0 if s.task.kind == "finetune" else 3.0 + rerun)
+            tally.add(shard_op(op, p.tp, p.cp, sp, p.expert_tp, p.precision, p.quant_scaling), 1.0 if s.task.kind == "finetune" else 3.0 + rerun)
         cheapest = min(cheapest, tally.energy_j(power))
     return cheapest

@@ -90,7 +90,7 @@ _FRAMEWORK_ALIASES = {"megatron-bridge": "megatron-core", "mcore": "megatron-cor
 #: MX and NVIDIA's NVFP4 formats); torchtitan and PyTorch say float8, bfloat16, float16
 _PRECISION_ALIASES = {
     "fp8-cs": ("fp8", "current"), "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "block"), "mxfp8": ("fp8", "block"),
-    "nvfp4": ("fp4", "block"), "mxfp4": ("fp4", "block"), "float8": ("fp8", None), "bfloat16": ("bf16", None),
+    "nvfp4": ("fp4", "nvfp4"), "mxfp4": ("fp4", "block"), "float8": ("fp8", None), "bfloat16": ("bf16", None),
     "float16": ("fp16", None), "float32": ("fp32", None),
 }
 
@@ -213,7 +213,7 @@ def case_inputs(case: dict, where: str) -> dict:
     precision = _word(_option(case, "precision", "bf16"))
     plan["precision"], scaling = _PRECISION_ALIASES.get(_name(precision), (precision, None))
     if scaling:  # the recipe the precision names wins over the framework's default
-        plan["fp8_scaling"] = scaling
+        plan["fp4_scaling" if plan["precision"] == "fp4" else "fp8_scaling"] = scaling
     if par.get("dp") is not None:
         plan["dp"] = par["dp"]
     # an extra key (SCHEMA.md keeps them): the layout the run pinned, in Megatron-Core's syntax

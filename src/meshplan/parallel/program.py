@@ -143,7 +143,7 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     tp, cp, ep, etp = plan.tp, plan.cp, plan.ep, plan.expert_tp
     sp = plan.sequence_parallel and tp > 1
     act_bytes = activation_bytes(plan.precision)
-    ops = with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, etp, plan.precision, plan.fp8_scaling) for op in block.ops),
+    ops = with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, etp, plan.precision, plan.quant_scaling) for op in block.ops),
                                  plan, tp, ep, etp)
     # two regions per decoder layer (attention, MLP); an einsum of a block model opens or closes one
     if sp:  # Korthikanti et al. 2022, Sec. 4.2.2: all-gather + reduce-scatter replace each all-reduce
@@ -410,9 +410,9 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
         devices=stages * tp * cp * dp,
         stages=stages,
         layer_counts=counts,
-        head=with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, fp8_scaling=plan.fp8_scaling)
+        head=with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, scaling=plan.quant_scaling)
                                           for op in head_ops), plan, tp),
-        tail=with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, fp8_scaling=plan.fp8_scaling)
+        tail=with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, scaling=plan.quant_scaling)
                                           for op in tail_ops), plan, tp),
         head_comms=head_comms,
         tail_comms=tail_comms,

@@ -20,6 +20,14 @@ csrc/extensions/transpose.cpp). Per element, with ``b`` bytes per low-precision 
   Delayed scaling (an amax history, TE ``DelayedScaling``) and block scaling (MXFP8's 32-element
   and DeepSeek-V3's 1x128 tiles, scaled inside the cast kernel) need no extra pass; the block
   scales (one byte per 32 values) are left out.
+- NVFP4 (TE ``NVFP4BlockScaling``; NVIDIA, "Pretraining Large Language Models with NVFP4", arXiv
+  2509.25149): 16-value blocks under a per-tensor FP32 scale from the tensor's amax, and the
+  column-wise copy the weight gradient reads goes through a 16x16 random Hadamard transform.
+  TE's NVFP4Quantizer first runs one pass for both amaxes (of the tensor and of its transform,
+  ``nvte_hadamard_transform_amax``), then casts the row-wise copy and, fused with the transform,
+  the column-wise one (``nvte_hadamard_transform_cast_fusion_columnwise``): three reads of the
+  16-bit tensor and the two copies, ``6 + 2b``, whatever op came before (a norm cannot give the
+  transform's amax).
 
 The weights' casts run once per step, not per micro-batch (TE caches them over gradient
 accumulation, ``is_first_microbatch``; with FP8 primary weights only their transpose remains):
@@ -32,7 +40,7 @@ from typing import Literal
 
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 
-FP8Scaling = Literal["delayed", "current", "block"]
+FP8Scaling = Literal["delayed", "current", "block", "nvfp4"]
 
 #: bytes per value of the quantized copies
 LOW_PRECISION_BYTES = {"fp8": 1.0, "fp4": 0.5}
@@ -44,6 +52,8 @@ def cast_bytes_per_element(precision: str, scaling: FP8Scaling, fused: bool) -> 
     low = LOW_PRECISION_BYTES.get(precision)
     if low is None:
         return 0.0
+    if scaling == "nvfp4":
+        return 3.0 * WIDE_BYTES + 2.0 * low
     if scaling == "current":
         return (1.0 if fused else 2.0) * WIDE_BYTES + 2.0 * low
     if fused:

@@ -30,7 +30,7 @@ class ShardedOp:
 
 
 def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None, precision: str = "bf16",
-             fp8_scaling: FP8Scaling = "delayed") -> ShardedOp:
+             scaling: FP8Scaling = "delayed") -> ShardedOp:
     """One device's share of ``op``. Routed-expert matmuls split their weights ``expert_tp``
     ways and their tokens over the rest of tp (parallel.mesh.expert_mesh); in FP8/FP4 plans
     low-precision GEMMs carry their casts (meshplan.parallel.quantize)."""
@@ -42,7 +42,7 @@ def shard_op(op: Op, tp: int, cp: int, sp: bool, expert_tp: int | None = None, p
             n /= weight_split
         elif op.shard_dim == "k":
             k /= weight_split
-        return ShardedOp(op, 2.0 * m * k * n, 0.0, m, k, n, cast_bytes=gemm_cast_bytes(op, m, k, n, precision, fp8_scaling))
+        return ShardedOp(op, 2.0 * m * k * n, 0.0, m, k, n, cast_bytes=gemm_cast_bytes(op, m, k, n, precision, scaling))
     if op.kind == "lookup":  # vocab-parallel: every rank writes the full (masked) output
         return ShardedOp(op, 0.0, op.bytes / cp, 0, 0, 0)
     shape = _shard_attention(op.attention, tp, cp) if op.attention is not None else None

@@ -143,6 +143,10 @@ class Plan(Spec):
     # amax (current: one more pass over it), or per block inside the cast (block: MXFP8,
     # DeepSeek-V3 tiles); meshplan.parallel.quantize says what each moves
     fp8_scaling: Literal["delayed", "current", "block"] = "delayed"
+    # and FP4's: NVFP4 (16-value blocks under a per-tensor scale from the tensor's amax, the
+    # weight-gradient copies through a random Hadamard transform: Transformer Engine's
+    # NVFP4BlockScaling, its only FP4 training recipe) or plain block scales (MXFP4)
+    fp4_scaling: Literal["nvfp4", "block"] = "nvfp4"
     # at most this many NICs of a node (links of a lower-level domain) carry one collective; None:
     # the cluster's rails, every NIC, as NCCL stripes its channels (meshplan.network.span)
     network_rails: Count | None = None
@@ -161,6 +165,11 @@ class Plan(Spec):
     # --optimizer-offload-fraction; DeepSpeed ZeRO-Offload at 1.0); meshplan.costs.offload
     optimizer_offload: float = 0.0
     order: str = "tp-cp-dp-pp"
+
+    @property
+    def quant_scaling(self) -> str:
+        """How the plan's low-precision GEMM operands are scaled: fp4_scaling in FP4, else fp8_scaling."""
+        return self.fp4_scaling if self.precision == "fp4" else self.fp8_scaling
 
     @model_validator(mode="before")
     @classmethod
