@@ -12,7 +12,9 @@ cluster (DGX-B300), hybrid Mamba models (Nemotron 3), Kimi K2 (Muon optimizer), 
 runs (capacity factors are not modelled), tables without a precision column (25.09) and the
 SFT and LoRA tables (the case format has no task).
 Where a cell holds an alternative in parentheses ("FP8-CS (FP8-MX)", "3986 (3546)"), the first
-value is the row's.
+value is the row's. Where a release's recipe ran the expert all-to-alls otherwise than
+megatron-core's preset, the case carries the recipe's Megatron-Core switches (FULL_ITERATION_GRAPHS,
+EP_RECIPES), which meshplan validate reads.
 """
 
 from __future__ import annotations
@@ -49,8 +51,30 @@ PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-DS": "fp8", "F
 
 #: systems whose MXFP8 MoE recipes replay the whole iteration as CUDA graphs from container 26.06
 #: on (Megatron-Bridge PRs 3983 and 4226, DeepSeek-V3 GB300 and GB200; 4173, GPT-OSS 120B; 4211,
-#: Qwen3 GB200 and GB300; June 2026: cuda_graph_impl = "full_iteration" with paged stashing)
+#: Qwen3 GB200 and GB300; June 2026: cuda_graph_impl = "full_iteration" with paged stashing). The
+#: same helpers turn on the expert all-to-all overlap (overlap_moe_expert_parallel_comm and
+#: delay_wgrad_compute: perf_recipes/deepseek/common.py _enable_deepseek_full_iteration_mxfp8,
+#: gpt_oss/common.py _apply_gpt_oss_120b_full_iter_fp8mx_configs, qwen/common.py
+#: _enable_hybridep_full_iteration_mxfp8, commit 067f987d)
 FULL_ITERATION_GRAPHS = {"DGX-GB200", "DGX-GB300"}
+
+#: MoE recipes whose expert all-to-alls ran otherwise than megatron-core's preset (the flex
+#: dispatcher, no overlap): (model, system, containers, (tp, pp, vp, ep)) -> the recipe's
+#: Megatron-Core switches, read from scripts/performance/configs/<family>/*workload_base_configs.py
+#: at the release tags whose docs carry those containers' tables (v0.2.1: 25.11, v0.3.0: 26.02,
+#: v0.4.0: 26.02.01, v0.4.2: 26.04.01, v0.5.0: 26.06); a row matches only with the recipe's layout
+EP_RECIPES = [
+    ("Qwen3-235B-A22B", "DGX-H100", ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06"), (2, 8, 4, 32),
+     {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": True},
+     "QWEN3_235B_A22B H100 configs (tags v0.2.1 to v0.5.0): no moe_flex_dispatcher_backend, so the Qwen3 "
+     "provider's alltoall dispatcher, and moe_a2a_overlap=True"),
+    ("Qwen3-30B-A3B", "DGX-H100", ("26.02",), (1, 2, 12, 8),
+     {"moe_token_dispatcher_type": "flex", "moe_a2a_overlap": True},
+     "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*_V1 (tag v0.3.0): moe_flex_dispatcher_backend deepep, moe_a2a_overlap=True"),
+    ("DeepSeek-V3", "DGX-B200", ("26.04.01",), (1, 8, 2, 32),
+     {"moe_token_dispatcher_type": "flex", "moe_a2a_overlap": True},
+     "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (tag v0.4.2): moe_flex_dispatcher_backend deepep, moe_a2a_overlap=True"),
+]
 
 
 def first(cell: str) -> str:
@@ -120,7 +144,13 @@ def case(container: str, row: dict, models: dict, commit: str) -> dict | None:
     if (model["arch"] == "moe" and first(row["Precision"]) in ("MXFP8", "FP8-MX") and row["System"] in FULL_ITERATION_GRAPHS
             and container.split(".")[:2] >= ["26", "06"]):
         parallelism["cuda_graphs"] = "full"
+        parallelism["moe_a2a_overlap"] = True
         inferred.append("cuda_graphs full: the recipe's full-iteration CUDA graphs (Megatron-Bridge PRs 3983, 4173, 4211, 4226)")
+        inferred.append("moe_a2a_overlap: the same helpers' overlap_moe_expert_parallel_comm and delay_wgrad_compute")
+    for recipe_model, system_name, containers, layout, switches, where in EP_RECIPES:
+        if (name, row["System"], (tp, pp, vp, ep)) == (recipe_model, system_name, layout) and container in containers:
+            parallelism.update(switches)
+            inferred.append(f"{', '.join(switches)}: {where}")
     return {
         "id": re.sub(r"[^a-z0-9_.]+", "_", f"mbt_{container}_{system}_{name}_{gpus}gpu_{row['Precision']}_tp{tp}pp{pp}cp{cp}vp{vp}ep{ep}mbs{mbs}".lower()).strip("_"),
         "group": f"mbridge_tables_{system}_{model['arch']}",

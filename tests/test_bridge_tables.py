@@ -86,10 +86,27 @@ def test_mxfp8_moe_rows_on_nvl72_replay_full_iteration_graphs_from_26_06():
            "Tokens / sec / GPU": "40000"}
     graphed = importer.case("26.06", row, MODELS, "abc")
     assert graphed["parallelism"]["cuda_graphs"] == "full"
+    assert graphed["parallelism"]["moe_a2a_overlap"] is True  # the same recipe helpers overlap the all-to-alls
     assert any("full-iteration CUDA graphs" in note for note in graphed["inferred"])
     for container, changes in (("26.04.01", {}), ("26.08", {"Precision": "FP8-CS"}), ("26.08", {"System": "DGX-H100"}),
                                ("26.08", {"Model": "LLAMA3_70B"})):
-        assert "cuda_graphs" not in importer.case(container, {**row, **changes}, MODELS, "abc")["parallelism"]
+        parallelism = importer.case(container, {**row, **changes}, MODELS, "abc")["parallelism"]
+        assert "cuda_graphs" not in parallelism and "moe_a2a_overlap" not in parallelism
+
+
+def test_moe_rows_carry_their_recipes_expert_all_to_alls_where_they_leave_the_preset():
+    """Qwen3-235B on H100 ran the alltoall dispatcher with the overlap in every release's recipe
+    (EP_RECIPES); a row with another layout is not that recipe and keeps the preset's."""
+    models = {**MODELS, "Qwen3-235B-A22B": {"arch": "moe", "name": "Qwen3-235B-A22B", "hidden_size": 4096}}
+    row = {"Model": "Qwen3_235B_a22B", "System": "DGX-H100", "#-GPUs": "256", "Precision": "FP8", "GBS": "8192",
+           "MBS": "1", "Sequence Length": "4096", "TP": "2", "PP": "8", "CP": "1", "VP": "4", "EP": "32",
+           "Tokens / sec / GPU": "1633"}
+    recipe = importer.case("26.04.01", row, models, "abc")
+    assert recipe["parallelism"]["moe_token_dispatcher_type"] == "alltoall" and recipe["parallelism"]["moe_a2a_overlap"] is True
+    assert any("v0.2.1 to v0.5.0" in note for note in recipe["inferred"])
+    for container, changes in (("26.04.01", {"EP": "16"}), ("26.08", {}), ("26.04.01", {"System": "DGX-B200"})):
+        other = importer.case(container, {**row, **changes}, models, "abc")["parallelism"]
+        assert "moe_token_dispatcher_type" not in other and "moe_a2a_overlap" not in other
 
 
 def test_rows_outside_the_model_are_skipped():
