@@ -179,6 +179,37 @@ def test_zero_stages_shard_states():
     assert mem[0].total_bytes > mem[1].total_bytes > mem[2].total_bytes > mem[3].total_bytes
 
 
+@pytest.mark.parametrize(("state", "state_bytes", "step_bytes"), [
+    ("fp32", 12, 30), ("fp32_remainders", 10, 28), ("bf16_moments", 8, 22), ("bf16", 4, 16)])
+def test_adam_state_as_the_optimizer_keeps_it(state, state_bytes, step_bytes):
+    """Adam's state per parameter and the HBM its step moves (parallel.memory.OPTIMIZER_STATES):
+    fp32 master and moments; Apex's master as weight plus a 16-bit remainder; Megatron-Core's
+    bf16 moments; Apex's bf16 state with no master. The step is memory-bound: its time scales
+    with the bytes."""
+    def run(optimizer_state):
+        return api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=1, zero_stage=1, global_batch_size=8,
+                            seq_len=2048, optimizer_state=optimizer_state)
+
+    params = catalog.model("llama3-8b").num_params
+    e, fp32 = run(state), run("fp32")
+    assert e.memory.optimizer_bytes == pytest.approx(state_bytes * params / 8, rel=1e-6)
+    assert e.memory.weights_bytes == fp32.memory.weights_bytes and e.memory.gradients_bytes == fp32.memory.gradients_bytes
+    assert e.breakdown.optimizer_s == pytest.approx(fp32.breakdown.optimizer_s * step_bytes / 30, rel=0.02)
+    fp32_training = api.estimate("llama3-8b", "dgx-h100", num_devices=8, global_batch_size=8, seq_len=2048,
+                                 precision="fp32", optimizer_state=state, zero_stage=1)
+    assert fp32_training.memory.optimizer_bytes == pytest.approx((8 if state_bytes >= 10 else 4) * params / 8, rel=1e-6)
+
+
+def test_nemo_1_keeps_adams_master_as_remainders():
+    """NeMo 24.07's distributed Adam (the nemo-launcher preset) stores the fp32 master as the bf16
+    weight and a 16-bit remainder: 10 bytes of state a parameter where Megatron-Core keeps 12."""
+    def run(framework):
+        return api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=1, zero_stage=1, global_batch_size=8,
+                            seq_len=2048, framework=framework)
+
+    assert run("nemo-launcher").memory.optimizer_bytes == pytest.approx(run("nemo").memory.optimizer_bytes * 10 / 12)
+
+
 def test_rails_stripe_a_collective_over_several_links():
     """A stride-1 group spanning nodes: with rails=8 a ring crosses each node boundary on 8 links."""
     striped = catalog.cluster("dgx-a100-80gb")

@@ -367,7 +367,7 @@ def cost_program(program: Program) -> CostedProgram:
     dp_s = sum(comm_s(c) for c in program.dp_comms)
     gathers = [c for c in program.zero3_comms if c.kind == "all_gather"]
     scatters = [c for c in program.zero3_comms if c.kind == "reduce_scatter"]
-    optimizer_s = float(roof.memory_s(program.optimizer_params * ADAM_BYTES_PER_PARAM, "optimizer"))
+    optimizer_s = float(roof.memory_s(program.optimizer_params * adam_step_bytes(program), "optimizer"))
     offload = optimizer_offload_times(program, roof)
     if offload is not None:
         optimizer_s = offload.total_s
@@ -384,6 +384,11 @@ def cost_program(program: Program) -> CostedProgram:
     )
 
 
+def adam_step_bytes(program: Program) -> float:
+    """HBM bytes an Adam step moves per parameter, as the plan keeps its state (parallel.memory.StateBytes)."""
+    return program.state.step if program.state is not None else ADAM_BYTES_PER_PARAM
+
+
 def optimizer_offload_times(program: Program, roof: Roofline) -> OffloadTimes | None:
     """The optimizer phase split between GPU and host (meshplan.costs.offload); None without offload."""
     s = program.scenario
@@ -391,7 +396,7 @@ def optimizer_offload_times(program: Program, roof: Roofline) -> OffloadTimes | 
     if not fraction or program.state is None or s.cluster.host is None:
         return None
     kept = program.optimizer_params * (1.0 - fraction)
-    gpu_s = float(roof.memory_s(kept * ADAM_BYTES_PER_PARAM, "optimizer")) if kept > 0 else 0.0
+    gpu_s = float(roof.memory_s(kept * adam_step_bytes(program), "optimizer")) if kept > 0 else 0.0
     return offload_times(program.optimizer_params, fraction, gpu_s, program.state.gradient, program.state.weight,
                          s.cluster.host, host_devices(s.cluster, s.num_devices))
 

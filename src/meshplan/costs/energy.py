@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from meshplan.costs.collectives import GroupSpan
-from meshplan.costs.costed import ADAM_BYTES_PER_PARAM, BACKWARD_OF, CostedProgram
+from meshplan.costs.costed import BACKWARD_OF, CostedProgram, adam_step_bytes
 from meshplan.costs.offload import offload_energy_j, offload_traffic
 from meshplan.costs.power import WorkTally, backward_energy_work, dynamic_energy_j
 from meshplan.errors import MeshplanError
@@ -195,9 +195,9 @@ def optimizer_hbm_bytes(program) -> float:
     copies (meshplan.costs.offload)."""
     fraction = program.scenario.plan.optimizer_offload
     if not fraction or program.state is None:
-        return program.optimizer_params * ADAM_BYTES_PER_PARAM
+        return program.optimizer_params * adam_step_bytes(program)
     copied = offload_traffic(program.optimizer_params, fraction, program.state.gradient, program.state.weight).link_bytes
-    return program.optimizer_params * (1.0 - fraction) * ADAM_BYTES_PER_PARAM + copied
+    return program.optimizer_params * (1.0 - fraction) * adam_step_bytes(program) + copied
 
 
 def _power(program) -> PowerModel | None:

@@ -107,23 +107,48 @@ def offloaded_optimizer_split(optimizer_bytes: float, optimizer_params: float, f
 
 @dataclass(frozen=True)
 class StateBytes:
-    """Bytes per parameter of its weight, gradient and optimizer state."""
+    """Bytes per parameter of its weight, gradient and optimizer state, and the HBM bytes one
+    Adam step moves for it."""
 
     weight: float
     gradient: float
     optimizer: float
+    step: float = 30.0
 
 
-def state_bytes_per_param(precision: str, grad_precision: str) -> StateBytes:
-    """Weight, gradient and optimizer bytes per parameter for Adam.
+#: Adam's state per parameter of 16-bit training and the HBM bytes its step moves (reading the
+#: fp32 gradient), by Plan.optimizer_state:
+#: - fp32: fp32 master, m and v (12); read master, m, v, gradient, write master, m, v and the
+#:   16-bit weight (16 + 12 + 2 = 30);
+#: - fp32_remainders: the 16-bit weight with a 16-bit remainder is the fp32 master, beside fp32 m
+#:   and v (10); read and write weight, remainder, m, v, read the gradient (28). Apex
+#:   DistributedFusedAdam store_param_remainders, which NeMo 1.x sets for an fp32 optimizer on a
+#:   bf16 model (nemo/collections/nlp/models/language_modeling/megatron_base_model.py,
+#:   setup_optimization, at NVIDIA/NeMo 4c73f77, the 24.07 perf summary's commit);
+#: - bf16_moments: fp32 master, bf16 m and v (8); read master, m, v, gradient, write master, m,
+#:   v and the weight (22). Megatron-Core's precision-aware optimizer with exp_avg_dtype and
+#:   exp_avg_sq_dtype bfloat16 (Megatron-Bridge perf_recipes/deepseek/common.py
+#:   _enable_deepseek_precision_aware_optimizer);
+#: - bf16: bf16 m and v stepping the bf16 weights, no master (4); read weight, m, v, gradient,
+#:   write weight, m, v (16). Apex DistributedFusedAdam with dtype bf16 on a bf16 model
+#:   (store_params False in the same NeMo code; NeMo Framework Launcher 24.07
+#:   conf/training/nemotron/nemotron_340b.yaml optim.dtype bf16).
+#: fp32 training keeps fp32 weights as the master: its state is the moments alone.
+OPTIMIZER_STATES = {"fp32": (12.0, 30.0), "fp32_remainders": (10.0, 28.0), "bf16_moments": (8.0, 22.0), "bf16": (4.0, 16.0)}
+FP32_TRAINING_STATES = {"fp32": 8.0, "fp32_remainders": 8.0, "bf16_moments": 4.0, "bf16": 4.0}
 
-    fp32 training keeps fp32 weights and two fp32 moments (8 bytes); mixed precision keeps 16-bit
-    weights plus an fp32 master copy and two moments (12 bytes). fp8/fp4 training keeps 16-bit
-    weights too; their quantized copies are counted apart (``low_precision_weight_bytes``).
+
+def state_bytes_per_param(precision: str, grad_precision: str, optimizer_state: str = "fp32") -> StateBytes:
+    """Weight, gradient and optimizer bytes per parameter for Adam (OPTIMIZER_STATES).
+
+    fp32 training keeps fp32 weights and two moments; mixed precision keeps 16-bit weights plus
+    the state ``optimizer_state`` names. fp8/fp4 training keeps 16-bit weights too; their
+    quantized copies are counted apart (``low_precision_weight_bytes``).
     """
+    state, step = OPTIMIZER_STATES[optimizer_state]
     if precision == "fp32":
-        return StateBytes(4.0, 4.0, 8.0)
-    return StateBytes(2.0, BYTES_PER_ELEMENT[grad_precision], 12.0)
+        return StateBytes(4.0, 4.0, FP32_TRAINING_STATES[optimizer_state], step)
+    return StateBytes(2.0, BYTES_PER_ELEMENT[grad_precision], state, step)
 
 
 #: bytes per frozen base weight as LoRA finetuning may store it. NF4 (QLoRA: Dettmers et al. 2023,

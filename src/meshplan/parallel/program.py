@@ -293,7 +293,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     if pp > 1:  # one activation per micro-batch per chunk boundary, split over the tp ranks
         pp_comm = Comm("pp", "send_recv", x_bytes / tp, 1, pipeline_neighbour_span(cluster, plan))  # SC21 Sec. 4.1
 
-    state = state_bytes_per_param(plan.precision, _grad_precision(plan))
+    state = state_bytes_per_param(plan.precision, _grad_precision(plan), plan.optimizer_state)
     task = s.task
     frozen_total = 0
     if task.kind == "finetune":

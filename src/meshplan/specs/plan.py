@@ -134,6 +134,11 @@ class Plan(Spec):
     # FP8/FP4 training keeps its GEMM weights in that precision, with no 16-bit copy (Transformer
     # Engine fp8_model_init; Megatron --fp8-param-gather, NeMo fp8_params)
     fp8_params: bool = False
+    # how Adam keeps its state (meshplan.parallel.memory.OPTIMIZER_STATES): an fp32 master and fp32
+    # moments; the master as the 16-bit weight plus a 16-bit remainder (Apex's distributed Adam,
+    # store_param_remainders); bf16 moments (Megatron-Core's precision-aware optimizer); or bf16
+    # moments and no master (Apex's distributed Adam with dtype bf16 on a bf16 model)
+    optimizer_state: Literal["fp32", "fp32_remainders", "bf16_moments", "bf16"] = "fp32"
     # how each micro-batch's weight gradients join the step's: "fused", the weight-gradient GEMM
     # adds into the gradient buffer (Megatron's gradient_accumulation_fusion into the fp32
     # main_grad; nothing more moves); "fp32_add", the 16-bit gradients are added into fp32 ones
