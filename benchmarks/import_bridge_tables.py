@@ -77,6 +77,14 @@ EP_RECIPES = [
 ]
 
 
+#: Llama 3 70B's Megatron-FSDP recipes (tp 1, pp 1) keep the activations of their first layers in
+#: the host's memory (cpu_offloading_num_layers), by system and precision: LLAMA3_70B_*_BASE_CONFIG
+#: and LLAMA3_70B_PRETRAIN_CONFIG_*_V1/V2 in scripts/performance/configs/llama/ at tags v0.2.1 to
+#: v0.5.0 (25.11 to 26.06), the same in every release
+ACTIVATION_OFFLOAD = {("DGX-GB200", "fp8"): 40, ("DGX-GB200", "bf16"): 20, ("DGX-GB300", "fp8"): 20,
+                      ("DGX-GB300", "bf16"): 30, ("DGX-B200", "fp8"): 5}
+
+
 def first(cell: str) -> str:
     """The row's own value of a cell that may add an alternative in parentheses."""
     return cell.split("(")[0].strip()
@@ -147,6 +155,11 @@ def case(container: str, row: dict, models: dict, commit: str) -> dict | None:
         parallelism["moe_a2a_overlap"] = True
         inferred.append("cuda_graphs full: the recipe's full-iteration CUDA graphs (Megatron-Bridge PRs 3983, 4173, 4211, 4226)")
         inferred.append("moe_a2a_overlap: the same helpers' overlap_moe_expert_parallel_comm and delay_wgrad_compute")
+    offloaded = ACTIVATION_OFFLOAD.get((row["System"], precision)) if name == "Llama 3 70B" and fsdp and (tp, pp) == (1, 1) else None
+    if offloaded and first(row["Precision"]) not in ("MXFP8", "FP8-MX"):
+        parallelism["cpu_offloading_num_layers"] = offloaded
+        inferred.append(f"cpu_offloading_num_layers {offloaded}: the Llama 3 70B Megatron-FSDP recipe for {row['System']} "
+                        "(scripts/performance/configs/llama, tags v0.2.1 to v0.5.0)")
     for recipe_model, system_name, containers, layout, switches, where in EP_RECIPES:
         if (name, row["System"], (tp, pp, vp, ep)) == (recipe_model, system_name, layout) and container in containers:
             parallelism.update(switches)

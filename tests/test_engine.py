@@ -225,6 +225,8 @@ def _random_plan(rng: random.Random) -> tuple[str, dict]:
     )
     if pp > 1 and rng.random() < 0.3:
         plan["schedule"] = "zb-h1"
+    if pp == 1 and plan["recompute"] == "none":  # Megatron-Core's CPU offload
+        plan["activation_offload_layers"] = 4 if dp % 2 == 0 else 1  # (drawing nothing: the other plans stay as they were)
     return model, plan
 
 

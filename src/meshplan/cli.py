@@ -45,6 +45,7 @@ _PLAN_FLAGS = {
     "schedule": "schedule", "zero": "zero_stage", "recompute": "recompute", "precision": "precision",
     "sequence_parallel": "sequence_parallel", "strategy": "strategy", "framework": "framework",
     "tp_overlap": "tp_overlap", "ep_overlap": "ep_overlap", "optimizer_offload": "optimizer_offload",
+    "activation_offload": "activation_offload_layers",
 }
 
 
@@ -70,6 +71,7 @@ def estimate(
     ep_overlap: Optional[str] = typer.Option(None, help="Expert all-to-all: none (blocking) or paired (beside another micro-batch's compute)."),
     zero: Optional[int] = typer.Option(None, help="ZeRO stage 0-3 (3 = FSDP full shard)."),
     optimizer_offload: Optional[float] = typer.Option(None, help="Fraction 0-1 of the optimizer state kept in host memory and stepped by the CPU (needs --zero >= 1)."),
+    activation_offload: Optional[int] = typer.Option(None, help="Leading layers whose activations wait in host memory between forward and backward (Megatron-Core cpu_offloading_num_layers; pp 1, no recompute)."),
     recompute: Optional[str] = typer.Option(None, help="Activation recompute: none, selective or full."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),

@@ -65,13 +65,15 @@ def estimate_groups(e: Estimate) -> dict[str, list[tuple[str, str]]]:
         *((f"  {_memory_name(name)}", format_bytes(v)) for name, v in e.memory.as_dict().items()
           if name not in ("capacity_bytes", "total_bytes") and not name.startswith("host_") and v > 0),
     ]
-    if getattr(e.memory, "host_total_bytes", 0.0) > 0:  # optimizer offload
+    if getattr(e.memory, "host_total_bytes", 0.0) > 0:  # optimizer or activation offload
         m = e.memory
-        memory_rows.append(("host memory per device (offloaded optimizer)",
+        held = [what for what, v in (("optimizer", m.host_optimizer_bytes), ("activations", m.host_activations_bytes)) if v > 0]
+        memory_rows.append((f"host memory per device (offloaded {' and '.join(held)})",
                             f"{format_bytes(m.host_total_bytes)} of {format_bytes(m.host_capacity_bytes)}" + ("" if m.host_fits else "  DOES NOT FIT")))
         o = e.offload_s
-        time_rows.append(("  optimizer offload", f"GPU {format_seconds(o['gpu_s'])} beside D2H {format_seconds(o['d2h_s'])} + CPU "
-                                                  f"{format_seconds(o['cpu_s'])}, then H2D {format_seconds(o['h2d_s'])}"))
+        if o:
+            time_rows.append(("  optimizer offload", f"GPU {format_seconds(o['gpu_s'])} beside D2H {format_seconds(o['d2h_s'])} + CPU "
+                                                      f"{format_seconds(o['cpu_s'])}, then H2D {format_seconds(o['h2d_s'])}"))
     groups = {"time": time_rows, "work": work_rows, "memory": memory_rows}
     if e.energy is not None:
         groups["energy"] = energy_rows(e)

@@ -119,6 +119,10 @@ class KindTimes:
     cp_backward_s: float
     cp_exposed_forward_s: float  # ring attention hides the K/V exchange behind local attention
     cp_exposed_backward_s: float
+    # of forward_s and backward_s, the waits for its activations' copies to and from host memory
+    # (offload_waits), carried by its last op
+    offload_forward_s: float = 0.0
+    offload_backward_s: float = 0.0
 
 
 def _work_j(op: ShardedOp, power, precision: str, element_bytes: float, times: float) -> float:
@@ -279,7 +283,7 @@ def layer_issue(kind, plan, model, blocking_ep: tuple[float, float]) -> Issue | 
 
 
 def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None, wide: Roofline | None = None,
-                host: HostDispatch | None = None, plan=None, model=None) -> KindTimes:
+                host: HostDispatch | None = None, plan=None, model=None, host_link: float | None = None) -> KindTimes:
     ops = {op.op.name: op_times(op, roof, element_bytes, wide) for op in kind.ops}
     if cap is not None:
         ops = cap(ops, kind.ops)
@@ -291,6 +295,15 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
     cp_bwd = sum(comm_s(c, backward=True) for c in kind.cp_comms)
     attention = ops.get("attention", OpTimes(0.0, 0.0, 0.0))  # a block model's unit may have none
+    offload = (0.0, 0.0)
+    if kind.offloaded and host_link:
+        blocking = tp_fwd + (ep_fwd if plan.ep_overlap == "none" else 0.0)
+        blocking_back = sum(comm_s(c, backward=True) for c in kind.tp_comms) + (ep_bwd if plan.ep_overlap == "none" else 0.0)
+        offload = offload_waits(kind.saved_bytes / host_link, sum(t.forward_s for t in ops.values()) + blocking,
+                                sum(t.backward_s for t in ops.values()) + blocking_back)
+        last = list(ops)[-1]
+        t = ops[last]
+        ops = {**ops, last: OpTimes(t.forward_s + offload[0], t.backward_s + offload[1], t.weight_s)}
     return KindTimes(
         ops=ops,
         forward_s=sum(t.forward_s for t in ops.values()),
@@ -304,7 +317,21 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         cp_backward_s=cp_bwd,
         cp_exposed_forward_s=max(0.0, cp_fwd - attention.forward_s),
         cp_exposed_backward_s=max(0.0, cp_bwd - attention.backward_s),
+        offload_forward_s=offload[0],
+        offload_backward_s=offload[1],
     )
+
+
+def offload_waits(copy_s: float, forward_s: float, backward_s: float) -> tuple[float, float]:
+    """How long the compute stream waits, forward and backward, for one offloaded layer's
+    activations (Plan.activation_offload_layers): each copy takes ``copy_s`` over the host link.
+    Transformer Engine's offload handler copies a layer's saved tensors out on a side stream as
+    the next layer's forward runs, and that layer's end waits for the copy; in backward it reloads
+    a layer while the layer after it runs its backward, and the layer's backward waits for it
+    (transformer_engine/pytorch/cpu_offload.py, AsyncDoubleBufferGroupOffloadHandler). Each copy
+    so hides behind one layer's pass (``forward_s``, ``backward_s``: this layer's, its neighbours
+    being of the same kind); the rest stalls the stream."""
+    return max(0.0, copy_s - forward_s), max(0.0, copy_s - backward_s)
 
 
 def cost_program(program: Program) -> CostedProgram:
@@ -328,7 +355,8 @@ def cost_program(program: Program) -> CostedProgram:
     # mappings time it, with no host
     dispatched = s.task.kind != "inference" and getattr(s.model, "block", "layer") == "layer" and s.plan.cuda_graphs == "none"
     host = efficiency.kernels.host if efficiency.kernels is not None and dispatched else None
-    kinds = {name: _kind_times(kind, roof, eb, full, cap, wide, host, s.plan, s.model) for name, kind in program.kinds.items()}
+    link = s.cluster.host.link_bytes_per_s if s.cluster.host is not None else None  # activation offload's copies
+    kinds = {name: _kind_times(kind, roof, eb, full, cap, wide, host, s.plan, s.model, link) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
 

@@ -11,9 +11,10 @@
 - static: every device's idle power over the whole step, bubbles and waits included;
 - host (only where the task gives ``host_w_per_node``): each node's power beyond its
   accelerators (CPUs, DRAM, NICs, switches, fans) over the whole step, a flat figure per node;
-- offload (only with Plan.optimizer_offload): the offloaded optimizer's bytes over the host link
-  and through host DRAM times their energy per bit (meshplan.costs.offload); the CPU cores that
-  step it are in the host's watts, counted only where the task gives them.
+- offload (only with Plan.optimizer_offload or Plan.activation_offload_layers): the offloaded
+  optimizer's bytes, and the offloaded activations copied out and back, over the host link and
+  through host DRAM times their energy per bit (meshplan.costs.offload); the CPU cores that step
+  the optimizer are in the host's watts, counted only where the task gives them.
 
 Backward does twice the forward's work (COMET Table 1), a frozen weight's GEMM (LoRA's base) once
 (workloads.ops.backward_work), flash attention 2.5 times its forward, the causal half of the
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from meshplan.costs.collectives import GroupSpan
 from meshplan.costs.costed import BACKWARD_OF, CostedProgram, adam_step_bytes
-from meshplan.costs.offload import offload_energy_j, offload_traffic
+from meshplan.costs.offload import OffloadTraffic, offload_energy_j, offload_traffic
 from meshplan.costs.power import WorkTally, backward_energy_work, dynamic_energy_j
 from meshplan.errors import MeshplanError
 from meshplan.network.algorithms import PASSES
@@ -269,13 +270,22 @@ def step_energy(costed: CostedProgram, step_s: float) -> EnergyBreakdown | None:
 
 
 def offload_j(program) -> float:
-    """Every device's offloaded optimizer traffic over the host link and through host DRAM
+    """Every device's offloaded optimizer traffic and offloaded activations (each copied out to
+    host DRAM and back once a micro-batch) over the host link and through host DRAM
     (meshplan.costs.offload.offload_energy_j); 0 without offload."""
     s = program.scenario
-    if not s.plan.optimizer_offload or program.state is None or s.cluster.host is None:
+    if program.state is None or s.cluster.host is None:
         return 0.0
-    traffic = offload_traffic(program.optimizer_params, s.plan.optimizer_offload, program.state.gradient, program.state.weight)
-    return s.num_devices * offload_energy_j(traffic, s.cluster.host)
+    joules = 0.0
+    if s.plan.optimizer_offload:
+        traffic = offload_traffic(program.optimizer_params, s.plan.optimizer_offload, program.state.gradient, program.state.weight)
+        joules += s.num_devices * offload_energy_j(traffic, s.cluster.host)
+    for role in program.roles:
+        copied = 2.0 * s.num_micro_batches * sum(program.kinds[k].saved_bytes * (n - f) for k, n, f in role.layer_counts
+                                                 if program.kinds[k].offloaded)
+        if copied:
+            joules += role.devices * offload_energy_j(OffloadTraffic(copied, copied), s.cluster.host)
+    return joules
 
 
 def host_j(s, seconds: float) -> float:

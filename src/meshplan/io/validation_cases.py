@@ -232,6 +232,9 @@ def case_inputs(case: dict, where: str) -> dict:
     dispatch = _option(par, "ep_dispatch", par.get("moe_token_dispatcher_type"))
     if dispatch is not None:  # and the dispatcher that carried them
         plan["ep_dispatch"] = _DISPATCHERS.get(_word(dispatch), _word(dispatch))
+    offloaded = _option(par, "activation_offload_layers", par.get("cpu_offloading_num_layers"))
+    if offloaded is not None:  # layers whose activations wait in host memory (Megatron-Core's name too)
+        plan["activation_offload_layers"] = offloaded
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
         plan["cuda_graphs"] = _word(graphs)

@@ -79,10 +79,11 @@ class MemoryBreakdown(ByteBreakdown):
     host_optimizer_bytes: float = 0.0  # the offloaded optimizer state
     host_gradients_bytes: float = 0.0  # the fp32 gradient copies the CPU step reads
     host_capacity_bytes: float = 0.0  # this device's share of its node's host memory
+    host_activations_bytes: float = 0.0  # activation offload (Plan.activation_offload_layers)
 
     @property
     def host_total_bytes(self) -> float:
-        return self.host_optimizer_bytes + self.host_gradients_bytes
+        return self.host_optimizer_bytes + self.host_gradients_bytes + self.host_activations_bytes
 
     @property
     def host_fits(self) -> bool:
@@ -217,6 +218,7 @@ def stage_memory(
     gathered_low_precision_params: float = 0.0,
     frozen_weight_bytes: float | None = None,
     host_capacity_bytes: float = 0.0,
+    offloaded_activations: list[tuple[float, int]] = (),
 ) -> MemoryBreakdown:
     """Bytes per device of one pipeline stage.
 
@@ -224,7 +226,12 @@ def stage_memory(
     activations (nothing runs backward through frozen leading layers). ZeRO shards dense
     weights over dp x cp (or the hybrid-sharding group; parallel.mesh.weight_replicas) and
     routed-expert weights over their own data-parallel group (parallel.mesh.expert_mesh).
-    ``layer_activations`` is [(bytes one layer keeps per micro-batch, trained layers of that kind)].
+    ``layer_activations`` is [(bytes one layer keeps per micro-batch, trained layers of that kind)];
+    ``offloaded_activations`` the same for layers whose activations wait in host memory
+    (Plan.activation_offload_layers): Transformer Engine's offload handler frees a layer's
+    tensors once they are copied out and reloads them a layer ahead of its backward, so when the
+    stage holds the most, as its forward ends, one such layer at most is still on the device
+    (the last copy in flight); the reloads return while the resident layers' backward frees them.
     ``frozen_weight_bytes``: bytes of each frozen base weight of LoRA's decoder GEMMs (stored in
     16 bits, FP8 or NF4; lora_base_bytes); the embedding, norms and output layer stay 16-bit, as
     QLoRA keeps them (Dettmers et al. 2023, Sec. 3).
@@ -241,6 +248,8 @@ def stage_memory(
     in_flight = activations_in_flight(plan.schedule, pp, v, micro_batches, stage)
     activations = sum(per_layer * layers for per_layer, layers in layer_activations) * in_flight
     activations += head_activations * in_flight + tail_activations + recompute_buffer
+    activations += max((per_layer for per_layer, layers in offloaded_activations if layers), default=0.0)
+    host_activations = sum(per_layer * layers for per_layer, layers in offloaded_activations) * in_flight
     # ZeRO-3 / FSDP hold the layer in use and the one prefetched, unsharded (never more than the
     # device's own weights; nothing is gathered without data parallelism), or with a live limit
     # (DeepSpeed) the limit's worth of modules, at least the largest whole
@@ -278,6 +287,7 @@ def stage_memory(
         host_optimizer_bytes=host_optimizer,
         host_gradients_bytes=host_gradients,
         host_capacity_bytes=host_capacity_bytes,
+        host_activations_bytes=host_activations,
     )
 
 

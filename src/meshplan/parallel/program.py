@@ -83,6 +83,7 @@ class LayerKind:
     trainable_params: float = 0.0  # of params, those that get gradients (LoRA freezes the base weights)
     expert_trainable_params: float = 0.0  # of expert_params, likewise
     kv_cache_bytes: float = 0.0  # serving: the cached keys and values one layer reads per pass
+    offloaded: bool = False  # its saved activations wait in host memory (Plan.activation_offload_layers)
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,25 @@ def _roles(s: Scenario, blocks: tuple[Block, ...], frozen: int) -> list[tuple[st
     return roles
 
 
+def _offloaded(counts: tuple, layers: int, kinds: dict[str, LayerKind]) -> tuple:
+    """``counts`` with the first ``layers`` trained layers moved to offloaded kinds (added to
+    ``kinds``: the same layer, its saved activations in host memory), in layer order. Only trained
+    layers keep activations to offload; Megatron-Core offloads fewer layers than the model has,
+    so a stage keeps at least one layer on the device."""
+    left = min(layers, sum(n - f for _, n, f in counts) - 1)
+    out = []
+    for name, n, frozen in counts:
+        moved = max(0, min(left, n - frozen))
+        left -= moved
+        if n - moved:
+            out.append((name, n - moved, frozen))
+        if moved:
+            offloaded = f"{name} offloaded"
+            kinds.setdefault(offloaded, replace(kinds[name], name=offloaded, offloaded=True))
+            out.append((offloaded, moved, 0))
+    return tuple(out)
+
+
 def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     """One training micro-batch on each device role, or (an inference task) one serving
     ``phase``: the batch of one replica, forward only, logits for the last position only."""
@@ -305,6 +325,8 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     roles = []
     worst = {"params": 0.0, "trainable": 0.0, "expert": 0.0, "expert_trainable": 0.0}
     for name, stage, stages, counts in _roles(s, graph.blocks, frozen_total):
+        if plan.activation_offload_layers and phase is None:
+            counts = _offloaded(counts, plan.activation_offload_layers, kinds)
         role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase)
         roles.append(role)
         expert_trainable = sum(kinds[k].expert_trainable_params * (n - f) for k, n, f in counts)
@@ -389,7 +411,8 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             trainable=trainable,
             expert_params=expert,
             expert_trainable=expert_trainable,
-            layer_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts],
+            layer_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts if not kinds[k].offloaded],
+            offloaded_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts if kinds[k].offloaded],
             recompute_buffer=max((kinds[k].full_saved_bytes for k, n, f in counts if n > f), default=0.0) if plan.recompute == "full" else 0.0,
             head_activations=0.0 if freeze_embedding else sum(saved_bytes(op.saved, tp, cp, sp, False) for op in head_ops),
             tail_activations=sum(saved_bytes(op.saved, tp, cp, sp, False) for op in tail_ops),

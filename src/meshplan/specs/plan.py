@@ -169,6 +169,11 @@ class Plan(Spec):
     # memory and stepped by the CPU (Megatron-Core --optimizer-cpu-offload with
     # --optimizer-offload-fraction; DeepSpeed ZeRO-Offload at 1.0); meshplan.costs.offload
     optimizer_offload: float = 0.0
+    # the first this many decoder layers keep their saved activations in host memory between
+    # forward and backward: copied out one layer behind the forward and back one layer ahead of
+    # the backward (Megatron-Core cpu_offloading_num_layers, Transformer Engine's CPU offload;
+    # pp 1, no recompute, no CUDA graphs, as Megatron-Core requires); meshplan.costs.costed
+    activation_offload_layers: Natural = 0
     order: str = "tp-cp-dp-pp"
 
     @property

@@ -147,6 +147,8 @@ def make_scenario(
     m = model
     if p.optimizer_offload > 0:
         _check_offload(p, cluster, task or Task())
+    if p.activation_offload_layers:
+        _check_activation_offload(p, model, cluster, task or Task())
     if p.zero_shard_size is not None:
         if dp % p.zero_shard_size:
             raise MeshplanError("plan.zero_shard_size", p.zero_shard_size, f"must divide dp ({dp})")
@@ -226,6 +228,27 @@ def _check_offload(p: Plan, cluster: Cluster, task: Task) -> None:
             f"cluster {cluster.id} states no host memory or host link (cluster.host): 0, or a cluster that does",
             hint="give the cluster a host: {memory_bytes, memory_bytes_per_s, link_bytes_per_s, ...}",
         )
+
+
+def _check_activation_offload(p: Plan, model, cluster: Cluster, task: Task) -> None:
+    """Activation offload as Megatron-Core allows it (TransformerConfig.__post_init__: fewer layers
+    than the model's, no pipeline parallelism, no recompute; no CUDA graphs), in training, on a
+    cluster that describes its hosts."""
+    n = p.activation_offload_layers
+    field = "plan.activation_offload_layers"
+    if task.kind == "inference":
+        raise MeshplanError(field, n, "applies to training only (serving keeps no activations for a backward); use 0")
+    if n >= model.num_layers:
+        raise MeshplanError(field, n, f"fewer than the model's {model.num_layers} layers (Megatron-Core offloads at most all but one)")
+    if p.pp > 1:
+        raise MeshplanError(field, n, f"needs pp 1 (Megatron-Core has no CPU offloading with pipeline parallelism; pp is {p.pp})")
+    if p.recompute != "none":
+        raise MeshplanError(field, n, f"needs recompute none (Megatron-Core's CPU offloading does not run with recompute {p.recompute!r})")
+    if p.cuda_graphs != "none":
+        raise MeshplanError(field, n, "needs cuda_graphs none (CUDA graphs do not run with CPU offloading)")
+    if cluster.host is None:
+        raise MeshplanError(field, n, f"cluster {cluster.id} states no host memory or host link (cluster.host): 0, or a cluster that does",
+                            hint="give the cluster a host: {memory_bytes, memory_bytes_per_s, link_bytes_per_s, ...}")
 
 
 def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bool = True) -> tuple[tuple[int, ...], str]:

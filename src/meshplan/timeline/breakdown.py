@@ -23,6 +23,10 @@ def by_op_kind(costed: CostedProgram, role_index: int, micro_batches: int) -> di
             seconds = layers * t.forward_s + (layers - frozen) * t.backward_s
             seconds += (layers - frozen) * t.forward_s * rerun.get(op.op.name, 0.0)
             out[OP_KIND[op.op.kind]] += micro_batches * seconds
+        if kind_times.offload_forward_s or kind_times.offload_backward_s:  # carried by the last op
+            waits = micro_batches * (layers * kind_times.offload_forward_s + (layers - frozen) * kind_times.offload_backward_s)
+            out[OP_KIND[kind.ops[-1].op.kind]] -= waits
+            out["activation_offload"] += waits
     edge_backward = times.compute_backward_s - sum(
         (n - f) * (costed.kinds[k].backward_s + costed.kinds[k].recompute_s) for k, n, f in role.layer_counts
     )

@@ -262,7 +262,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     if host_short:
         worst_host = max(host_short, key=lambda mem: mem.host_total_bytes)
         warnings += (
-            f"offloaded optimizer does not fit host memory: {format_bytes(worst_host.host_total_bytes, 'GiB')} per device, "
+            f"offloaded state does not fit host memory: {format_bytes(worst_host.host_total_bytes, 'GiB')} per device, "
             f"{format_bytes(worst_host.host_capacity_bytes, 'GiB')} available (the node's host memory over its "
             f"{min(s.cluster.devices_per_node, s.num_devices)} devices)",
         )
