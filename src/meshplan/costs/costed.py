@@ -296,9 +296,10 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
     cp_bwd = sum(comm_s(c, backward=True) for c in kind.cp_comms)
     attention = ops.get("attention", OpTimes(0.0, 0.0, 0.0))  # a block model's unit may have none
     offload = (0.0, 0.0)
-    if kind.offloaded and host_link:
-        blocking = tp_fwd + (ep_fwd if plan.ep_overlap == "none" else 0.0)
-        blocking_back = sum(comm_s(c, backward=True) for c in kind.tp_comms) + (ep_bwd if plan.ep_overlap == "none" else 0.0)
+    if kind.offloaded and host_link:  # the layer's pass: its ops and the collectives that block them
+        tp_blocks, ep_blocks = plan.tp_overlap == "none", plan.ep_overlap == "none"
+        blocking = (tp_fwd if tp_blocks else 0.0) + (ep_fwd if ep_blocks else 0.0)
+        blocking_back = (sum(comm_s(c, backward=True) for c in kind.tp_comms) if tp_blocks else 0.0) + (ep_bwd if ep_blocks else 0.0)
         offload = offload_waits(kind.saved_bytes / host_link, sum(t.forward_s for t in ops.values()) + blocking,
                                 sum(t.backward_s for t in ops.values()) + blocking_back)
         last = list(ops)[-1]
