@@ -160,6 +160,10 @@ def case(container: str, row: dict, models: dict, commit: str) -> dict | None:
         parallelism["cpu_offloading_num_layers"] = offloaded
         inferred.append(f"cpu_offloading_num_layers {offloaded}: the Llama 3 70B Megatron-FSDP recipe for {row['System']} "
                         "(scripts/performance/configs/llama, tags v0.2.1 to v0.5.0)")
+    if name == "DeepSeek-V3" and not fsdp:
+        parallelism["exp_avg_dtype"] = "bf16"
+        inferred.append("exp_avg_dtype bf16: DeepSeek-V3's recipe runs the precision-aware optimizer with bf16 moments "
+                        "(src/megatron/bridge/recipes/deepseek/deepseek_v3.py, tags v0.2.1 to v0.5.0)")
     for recipe_model, system_name, containers, layout, switches, where in EP_RECIPES:
         if (name, row["System"], (tp, pp, vp, ep)) == (recipe_model, system_name, layout) and container in containers:
             parallelism.update(switches)

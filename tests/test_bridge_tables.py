@@ -94,6 +94,14 @@ def test_mxfp8_moe_rows_on_nvl72_replay_full_iteration_graphs_from_26_06():
         assert "cuda_graphs" not in parallelism and "moe_a2a_overlap" not in parallelism
 
 
+def test_deepseek_v3_rows_carry_their_recipes_bf16_moments():
+    models = {"DeepSeek-V3": {"arch": "moe", "name": "DeepSeek-V3", "hidden_size": 7168}}
+    row = {"Model": "DeepSeekV3", "System": "DGX-GB200", "#-GPUs": "256", "Precision": "MXFP8", "GBS": "4096", "MBS": "1",
+           "Sequence Length": "4096", "TP": "1", "PP": "4", "CP": "1", "VP": "4", "EP": "64", "Tokens / sec / GPU": "4256"}
+    assert importer.case("26.04.01", row, models, "abc")["parallelism"]["exp_avg_dtype"] == "bf16"
+    assert "exp_avg_dtype" not in importer.case("26.04.01", {**row, "FSDP": "256"}, models, "abc")["parallelism"]
+
+
 def test_moe_rows_carry_their_recipes_expert_all_to_alls_where_they_leave_the_preset():
     """Qwen3-235B on H100 ran the alltoall dispatcher with the overlap in every release's recipe
     (EP_RECIPES); a row with another layout is not that recipe and keeps the preset's."""

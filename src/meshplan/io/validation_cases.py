@@ -163,6 +163,10 @@ def framework_name(value, source=None) -> str | None:
 #: sends each token once per expert; flex (DeepEP, HybridEP) once per node and forwards it there
 _DISPATCHERS = {"alltoall": "all_to_all", "flex": "hierarchical"}
 
+#: Megatron-Core's exp_avg_dtype (the precision-aware optimizer, fp32 master weights) -> Plan.optimizer_state
+_MOMENT_STATES = {"bf16": "bf16_moments", "bfloat16": "bf16_moments", "torch.bfloat16": "bf16_moments",
+                  "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32"}
+
 
 def _ep_overlap(value):
     """Plan.ep_overlap from a case: meshplan's word, or Megatron-Core's boolean switch."""
@@ -232,6 +236,12 @@ def case_inputs(case: dict, where: str) -> dict:
     dispatch = _option(par, "ep_dispatch", par.get("moe_token_dispatcher_type"))
     if dispatch is not None:  # and the dispatcher that carried them
         plan["ep_dispatch"] = _DISPATCHERS.get(_word(dispatch), _word(dispatch))
+    state = _option(par, "optimizer_state", None)
+    moments = _word(par.get("exp_avg_dtype"))
+    if state is None and moments is not None:  # Megatron-Core's precision-aware optimizer: its moments' dtype
+        state = _MOMENT_STATES.get(moments, moments)
+    if state is not None:  # how Adam kept its state
+        plan["optimizer_state"] = _word(state)
     offloaded = _option(par, "activation_offload_layers", par.get("cpu_offloading_num_layers"))
     if offloaded is not None:  # layers whose activations wait in host memory (Megatron-Core's name too)
         plan["activation_offload_layers"] = offloaded
