@@ -129,3 +129,7 @@ def test_bridge_tables_carry_the_llama_70b_recipes_offload():
     for changes in ({"FSDP": "0"}, {"Precision": "MXFP8"}, {"PP": "4"}):
         assert "cpu_offloading_num_layers" not in importer.case("26.04.01", {**row, **changes}, models, "abc")["parallelism"]
     assert catalog.cluster("gb300-nvl72").host.link_bytes_per_s == pytest.approx(225e9)
+    # B200's recipe (5 layers over PCIe Gen5) runs on a cluster that states its hosts
+    b200 = api.estimate("llama3-70b", "dgx-b200", num_devices=64, tp=1, zero_stage=3, global_batch_size=128, seq_len=8192,
+                        precision="fp8", activation_offload_layers=5)
+    assert b200.memory.host_activations_bytes > 0 and catalog.cluster("dgx-b200").host.link_bytes_per_s == pytest.approx(50e9)

@@ -135,7 +135,7 @@ def test_host_memory_too_small_is_reported():
     ({"optimizer_offload": "half"}, "plan.optimizer_offload"),
     ({"optimizer_offload": True}, "plan.optimizer_offload"),
     ({"optimizer_offload": 0.5, "zero_stage": 0}, "plan.optimizer_offload"),
-    ({"optimizer_offload": 0.5, "cluster": "dgx-b200"}, "plan.optimizer_offload"),
+    ({"optimizer_offload": 0.5, "cluster": "grand-teton-h100"}, "plan.optimizer_offload"),
 ])
 def test_bad_offload_inputs_name_the_field(overrides, field):
     run = {**RUN, **overrides}
@@ -148,7 +148,7 @@ def test_offload_errors_say_what_is_valid():
     with pytest.raises(MeshplanError, match="zero_stage >= 1"):
         api.estimate(**{**RUN, "zero_stage": 0}, optimizer_offload=0.5)
     with pytest.raises(MeshplanError, match="cluster.host"):
-        api.estimate(**{**RUN, "cluster": "dgx-b200"}, optimizer_offload=0.5)
+        api.estimate(**{**RUN, "cluster": "grand-teton-h100"}, optimizer_offload=0.5)
     with pytest.raises(MeshplanError, match="training only"):
         api.estimate("llama3-8b", "dgx-h100", num_devices=8, tp=8, zero_stage=1, optimizer_offload=0.5,
                      task={"kind": "inference", "batch_size": 1})
