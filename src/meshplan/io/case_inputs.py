@@ -1,0 +1,245 @@
+"""One validation case's fields (shared/validation/SCHEMA.md) as ``meshplan.estimate`` inputs.
+
+Published tables spell the same thing many ways: frameworks ("Megatron-Bridge", "NeMo 24.07"),
+precisions ("FP8-CS", "NVFP4", "bfloat16"), recompute flags, and the Megatron-Core switches a
+recipe sets (dispatcher, expert all-to-all overlap, Adam's moments, activation offload), kept as
+extra keys SCHEMA.md allows. Each is read here into a plan field; a value meshplan does not know
+is passed on, so the plan's own validation names the field and what is valid.
+"""
+
+from __future__ import annotations
+
+import re
+
+from meshplan import catalog
+from meshplan.errors import MeshplanError
+from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.strategy import LAYER_KINDS
+
+_MODEL_FIELDS = (
+    "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
+    "ffn_hidden_size", "ffn_type", "vocab_size", "tied_embeddings",
+)
+
+
+def _get(case: dict, path: str, where: str):
+    node = case
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            raise MeshplanError(f"{where}.{path}", None, "this field is required by the validation schema")
+        node = node[key]
+    return node
+
+
+#: other spellings of the catalog's framework names (SCHEMA.md's list is open-ended): Megatron-Bridge
+#: runs Megatron-Core (the megatron-core preset is read from its performance recipes); mcore is
+#: Megatron-Core's own short name; llmfoundry is llm-foundry's package name and Composer its
+#: trainer (MosaicML's); FSDP runs of other trainers take PyTorch FSDP's defaults; Megatron-DeepSpeed and GPT-NeoX run
+#: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO)
+_FRAMEWORK_ALIASES = {"megatron-bridge": "megatron-core", "mcore": "megatron-core", "llmfoundry": "llm-foundry",
+                      "composer": "llm-foundry", "mosaicml": "llm-foundry", "mosaicml-composer": "llm-foundry",
+                      "mosaicml-llm-foundry": "llm-foundry", "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp",
+                      "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
+
+
+#: precisions as published tables and training flags spell them: (plan precision, FP8 scaling or
+#: None for the framework's). Megatron-Bridge's performance tables write FP8-CS (current scaling),
+#: FP8-DS (delayed), FP8-MX and MXFP8 (a scale per block of 32) and NVFP4 (per block of 16, OCP
+#: MX and NVIDIA's NVFP4 formats); torchtitan and PyTorch say float8, bfloat16, float16
+_PRECISION_ALIASES = {
+    "fp8-cs": ("fp8", "current"), "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "block"), "mxfp8": ("fp8", "block"),
+    "nvfp4": ("fp4", "nvfp4"), "mxfp4": ("fp4", "block"), "float8": ("fp8", None), "bfloat16": ("bf16", None),
+    "float16": ("fp16", None), "float32": ("fp32", None),
+}
+
+#: activation_recompute as a yes/no flag (Megatron-LM's --checkpoint-activations, DeepSpeed's
+#: activation_checkpointing): every layer recomputed, or none
+_RECOMPUTE_FLAGS = {True: "full", False: "none"}
+
+
+def _word(value):
+    """A keyword as the schema spells it: text stripped and lower-cased ("BF16", "SwiGLU"); other
+    values as given."""
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _option(section: dict, key: str, default):
+    """``section[key]``, or ``default`` where the key is absent or null (YAML's null is "not set":
+    ``virtual_pipeline_stages: null`` is Megatron's None, no interleaving)."""
+    value = section.get(key)
+    return default if value is None else value
+
+
+def _name(value):
+    """A name as the catalog spells it: lower case, hyphens for underscores and spaces
+    ("Megatron_Core", "PyTorch FSDP", "FP8_CS"); other values as given."""
+    return _word(value).replace("_", "-").replace(" ", "-") if isinstance(value, str) else value
+
+
+def _recompute(value):
+    """activation_recompute: none | selective | full, or a yes/no flag (full or none)."""
+    return _RECOMPUTE_FLAGS[value] if isinstance(value, bool) else _word(value)
+
+
+#: NeMo's containers whose launcher ran the nemo-launcher preset (catalog/frameworks.yaml: it
+#: turned cuDNN attention off from 24.01 to 24.07); NeMo 1.x is the toolkit version they carried
+_NEMO_LAUNCHER_CONTAINERS = ((24, 1), (24, 7))
+_NEMO_VERSION = re.compile(r"nemo(?![a-z])\D{0,40}?(?<![\d.])(\d{1,2})\.(\d{1,2})(?:\.\d+)?(?![\d.])", re.IGNORECASE)
+
+
+def _nemo_era(text) -> str | None:
+    """nemo-launcher or nemo from the first NeMo version ``text`` names (a container "24.07" or
+    the toolkit's "1.23" / "2.0"); None where it names none."""
+    match = _NEMO_VERSION.search(text) if isinstance(text, str) else None
+    if match is None:
+        return None
+    major, minor = int(match.group(1)), int(match.group(2))
+    if major < 20:  # the toolkit: NeMo 1.x is the launcher's, 2.x the recipes'
+        return "nemo-launcher" if major == 1 else "nemo"
+    first, last = _NEMO_LAUNCHER_CONTAINERS
+    return "nemo-launcher" if first <= (major, minor) <= last else "nemo"
+
+
+def framework_name(value, source=None) -> str | None:
+    """The catalog framework a case's ``framework`` names, or None (meshplan's own defaults). A
+    trailing version is not part of the name ("NeMo 2.0", "Megatron-LM v3", "DeepSpeed 0.9.2"),
+    except NeMo's, which picks its era: containers 24.01-24.07 (NeMo 1.x) ran the launcher's
+    defaults (``nemo-launcher``), later ones NeMo 2.0's recipes (``nemo``). NeMo named without a
+    version takes it from the case's ``source``, where sources name the container they ran."""
+    if not isinstance(value, str):
+        return None
+    for name in (_name(value), re.sub(r"-v?\d[\d.]*$", "", _name(value))):
+        name = _FRAMEWORK_ALIASES.get(name, name)
+        if name == "nemo":
+            return _nemo_era(value) or _nemo_era(source) or name
+        if name in catalog.frameworks():
+            return name
+    return None
+
+
+#: Megatron-Core's token dispatchers (moe_token_dispatcher_type) -> Plan.ep_dispatch: alltoall
+#: sends each token once per expert; flex (DeepEP, HybridEP) once per node and forwards it there
+_DISPATCHERS = {"alltoall": "all_to_all", "flex": "hierarchical"}
+
+#: Megatron-Core's exp_avg_dtype (the precision-aware optimizer, fp32 master weights) -> Plan.optimizer_state
+_MOMENT_STATES = {"bf16": "bf16_moments", "bfloat16": "bf16_moments", "torch.bfloat16": "bf16_moments",
+                  "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32"}
+
+
+def _ep_overlap(value):
+    """Plan.ep_overlap from a case: meshplan's word, or Megatron-Core's boolean switch."""
+    if isinstance(value, bool):
+        return "paired" if value else "none"
+    return _word(value)
+
+
+def case_inputs(case: dict, where: str) -> dict:
+    """Keyword arguments for ``meshplan.estimate`` from one dense or MoE case."""
+    model = _get(case, "model", where)
+    model_data = {k: _word(model[k]) if k == "ffn_type" else model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
+    model_data["id"] = str(case.get("id", "case"))
+    model_data["name"] = str(model.get("name", ""))
+    if _word(model.get("arch")) == "moe":  # SCHEMA.md's moe block: experts, top_k, expert FFN, shared, leading dense
+        moe = dict(_get(case, "model.moe", where))
+        if moe.get("expert_ffn_hidden_size") is None and model.get("ffn_hidden_size") is None:
+            raise MeshplanError(f"{where}.model.moe.expert_ffn_hidden_size", None,
+                                "each expert's FFN width, a positive integer (or model.ffn_hidden_size, which it defaults to)")
+        model_data["arch"] = "moe"
+        model_data["moe"] = {
+            "num_experts": moe.get("num_experts"),
+            "top_k": moe.get("top_k"),
+            # Megatron-Core's default (TransformerConfig: moe_ffn_hidden_size falls back to
+            # ffn_hidden_size), as HF's Mixtral config has one intermediate_size for its experts
+            "expert_ffn_hidden_size": _option(moe, "expert_ffn_hidden_size", model.get("ffn_hidden_size")),
+            "shared_experts": _option(moe, "shared_experts", 0),
+            "first_dense_layers": _option(moe, "first_dense_layers", 0),
+        }
+    par = case.get("parallelism") or {}
+    hardware = _get(case, "hardware", where)
+    seq_len = _get(case, "batch.seq_len", where)  # the run's own: a model's default would be a guess
+    if seq_len is None:
+        raise MeshplanError(f"{where}.batch.seq_len", None, "the run's tokens per sequence, a positive integer")
+    plan = {
+        "tp": _option(par, "tp", 1),
+        "pp": _option(par, "pp", 1),
+        "cp": _option(par, "cp", 1),
+        "ep": _option(par, "ep", 1),
+        "sequence_parallel": bool(_option(par, "sequence_parallel", False)),
+        "virtual_pipeline_stages": _option(par, "virtual_pipeline_stages", 1),
+        "zero_stage": _option(par, "zero_stage", 0),
+        "recompute": _recompute(_option(par, "activation_recompute", "none")),
+        "micro_batch_size": _get(case, "batch.micro_batch_size", where),
+        "global_batch_size": _get(case, "batch.global_batch_sequences", where),
+        "seq_len": seq_len,
+    }
+    precision = _word(_option(case, "precision", "bf16"))
+    plan["precision"], scaling = _PRECISION_ALIASES.get(_name(precision), (precision, None))
+    if scaling:  # the recipe the precision names wins over the framework's default
+        plan["fp4_scaling" if plan["precision"] == "fp4" else "fp8_scaling"] = scaling
+    if par.get("dp") is not None:
+        plan["dp"] = par["dp"]
+    # an extra key (SCHEMA.md keeps them): the layout the run pinned, in Megatron-Core's syntax
+    layout = _option(par, "pipeline_layout", par.get("pipeline_model_parallel_layout"))
+    if layout is not None:
+        plan["pipeline_layout"] = layout
+    group = _option(par, "microbatch_group_size", par.get("microbatch_group_size_per_vp_stage"))
+    if group is not None:  # and the interleaved group it ran (Megatron-Core's name too)
+        plan["microbatch_group_size"] = group
+    tp_overlap = _option(par, "tp_overlap", None)
+    if tp_overlap is not None:  # how its tensor-parallel collectives ran (async TP: pipelined)
+        plan["tp_overlap"] = _word(tp_overlap)
+    ep_overlap = _option(par, "ep_overlap", par.get("moe_a2a_overlap", par.get("overlap_moe_expert_parallel_comm")))
+    if ep_overlap is not None:  # the expert all-to-alls beside another micro-batch's compute (Megatron-Core's name too)
+        plan["ep_overlap"] = _ep_overlap(ep_overlap)
+    dispatch = _option(par, "ep_dispatch", par.get("moe_token_dispatcher_type"))
+    if dispatch is not None:  # and the dispatcher that carried them
+        plan["ep_dispatch"] = _DISPATCHERS.get(_word(dispatch), _word(dispatch))
+    state = _option(par, "optimizer_state", None)
+    moments = _word(par.get("exp_avg_dtype"))
+    if state is None and moments is not None:  # Megatron-Core's precision-aware optimizer: its moments' dtype
+        state = _MOMENT_STATES.get(moments, moments)
+    if state is not None:  # how Adam kept its state
+        plan["optimizer_state"] = _word(state)
+    offloaded = _option(par, "activation_offload_layers", par.get("cpu_offloading_num_layers"))
+    if offloaded is not None:  # layers whose activations wait in host memory (Megatron-Core's name too)
+        plan["activation_offload_layers"] = offloaded
+    graphs = _option(par, "cuda_graphs", None)
+    if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
+        plan["cuda_graphs"] = _word(graphs)
+    framework = framework_name(case.get("framework"), case.get("source"))
+    if framework:  # its overlap defaults (SCHEMA.md); others run on meshplan's
+        plan["framework"] = framework
+    return {
+        "model": model_data,
+        "cluster": _word(_get(case, "hardware.cluster", where)),
+        "num_devices": hardware.get("num_devices"),
+        "plan": plan,
+    }
+
+
+_DLRM_FIELDS = tuple(f for f in DLRMModel.model_fields if f not in ("arch", "id", "name", "sources"))
+
+
+def dlrm_case_inputs(case: dict, where: str) -> dict:
+    """Keyword arguments for ``meshplan.estimate`` from one DLRM case (SCHEMA.md, DLRM cases)."""
+    model = _get(case, "model", where)
+    model_data = {k: model[k] for k in _DLRM_FIELDS if model.get(k) is not None}
+    model_data.update(arch="dlrm", id=str(case.get("id", "case")), name=str(model.get("name", "")))
+    par = case.get("parallelism") or {}
+    strategy = par.get("strategy") or {k: v for k, v in par.items() if k in LAYER_KINDS}
+    batch = _get(case, "batch", where)
+    if batch.get("global_batch_samples") is None and batch.get("per_gpu_batch") is not None:
+        per_gpu, devices = batch["per_gpu_batch"], _get(case, "hardware.num_devices", where)
+        plan = {"global_batch_size": per_gpu * devices if isinstance(per_gpu, int) and isinstance(devices, int) else per_gpu}
+    else:
+        plan = {"global_batch_size": _get(case, "batch.global_batch_samples", where)}
+    if strategy:
+        plan["strategy"] = strategy
+    if case.get("precision"):
+        plan["precision"] = _word(case["precision"])  # the MLPs' matmul precision (SCHEMA.md)
+    return {
+        "model": model_data,
+        "cluster": _word(_get(case, "hardware.cluster", where)),
+        "num_devices": _get(case, "hardware.num_devices", where),
+        "plan": plan,
+    }
