@@ -288,6 +288,7 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
     if cap is not None:
         ops = cap(ops, kind.ops)
     tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
+    tp_bwd = sum(comm_s(c, backward=True) for c in kind.tp_comms)
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
     ep_bwd = sum(comm_s(c, backward=True) for c in kind.ep_comms)
     blocking = (ep_fwd, ep_bwd) if plan is not None and plan.ep_overlap == "none" else (0.0, 0.0)
@@ -299,7 +300,7 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
     if kind.offloaded and host_link:  # the layer's pass: its ops and the collectives that block them
         tp_blocks, ep_blocks = plan.tp_overlap == "none", plan.ep_overlap == "none"
         blocking = (tp_fwd if tp_blocks else 0.0) + (ep_fwd if ep_blocks else 0.0)
-        blocking_back = (sum(comm_s(c, backward=True) for c in kind.tp_comms) if tp_blocks else 0.0) + (ep_bwd if ep_blocks else 0.0)
+        blocking_back = (tp_bwd if tp_blocks else 0.0) + (ep_bwd if ep_blocks else 0.0)
         offload = offload_waits(kind.saved_bytes / host_link, sum(t.forward_s for t in ops.values()) + blocking,
                                 sum(t.backward_s for t in ops.values()) + blocking_back)
         last = list(ops)[-1]
@@ -311,7 +312,7 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         backward_s=sum(t.backward_s for t in ops.values()),
         recompute_s=sum(share * ops[name].forward_s for name, share in kind.recompute_ops),
         tp_forward_s=tp_fwd,
-        tp_backward_s=sum(comm_s(c, backward=True) for c in kind.tp_comms) + (tp_fwd if full_recompute else 0.0),
+        tp_backward_s=tp_bwd + (tp_fwd if full_recompute else 0.0),
         ep_forward_s=ep_fwd,
         ep_backward_s=ep_bwd + (ep_fwd if full_recompute else 0.0),
         cp_forward_s=cp_fwd,
