@@ -106,6 +106,31 @@ def test_gradient_reduce_beside_backward(slowdown, expected):
     assert schedule_pass(later).time_s == pytest.approx(8.0)  # not overlapped: the step adds it after
 
 
+def test_compute_pays_once_for_collectives_beside_it_together():
+    """4 s of compute with a 2 s gather (dp) and a 2 s reduction (tp) beside it, both from its
+    start, slowdown 0.5: compute runs beside a collective for 2 s, so it pays 0.5 x 2 = 1, half
+    to each axis (charging each collective its own overlap would pay 2), after the compute: 5.
+    A pipelined collective's compute task carries its own share, which the union does not
+    charge again."""
+    from meshplan.timeline.engine import run
+    from meshplan.timeline.halves import TaskBuilder
+
+    b = TaskBuilder("t", overlap(slowdown=0.5))
+    b.beside("gather", "dp", 2.0, (b.last,))
+    b.beside("reduce", "tp", 2.0, (b.last,))
+    b.work("a", 4.0)
+    state = run(State(), b.segment("s"))
+    assert state.times["compute"] == pytest.approx(5.0)
+    path = state.critical_path()
+    assert (path["compute"], path["dp"], path["tp"]) == pytest.approx((4.0, 0.5, 0.5))
+
+    p = TaskBuilder("p", overlap(slowdown=0.5))
+    p.beside("gather", "dp", 3.0, (p.last,))
+    p.pipelined("gemm", "tp", 2.0, 4.0, 4, "matmul")  # hidden: max(4, 2 + 1) = 4, carries 0.5 x 2 = 1
+    # the gather covers [0, 3] of the 5 s compute task: 0.5 x 3 = 1.5, less the 1 carried
+    assert run(State(), p.segment("s")).times["compute"] == pytest.approx(5.0 + 0.5)
+
+
 def test_parameter_gather_ahead_of_first_forward():
     """Distributed optimizer: 2 s all-gather per layer, one layer ahead of 3 s of compute:
     gather 0 [0,2], gather 1 [2,4], compute [2,5], [5,8] = 8."""
@@ -258,6 +283,20 @@ def test_composed_estimate_equals_unrolled_layers():
 
 NOTHING_OVERLAPS = dict(overlap_grad_reduce=False, overlap_param_gather=False, tp_overlap="none", cp_overlap=False,
                         ep_overlap="none", overlap_p2p=False)
+
+
+@pytest.mark.parametrize("mode", ["bulk", "pipelined"])
+def test_tensor_parallel_overlap_never_slows_a_step_beside_zero3_gathers(mode):
+    """With ZeRO-3 gathering and reduce-scattering each layer beside compute, overlapping the
+    tensor-parallel collectives too never makes a step slower: the compute they no longer leave
+    idle is slowed once, not once per collective beside it (up to 5% slower when each collective
+    was charged its own overlap and the charge could hide behind a blocking collective)."""
+    for model, cluster, n, tp, gbs, seq in [("llama3-8b", "dgx-a100-80gb", 16, 8, 16, 2048), ("llama3-8b", "dgx-h100", 32, 8, 16, 2048),
+                                            ("llama3-8b", "dgx-h100", 16, 4, 16, 8192), ("llama3-70b", "dgx-h100", 32, 8, 16, 2048)]:
+        plan = dict(num_devices=n, tp=tp, zero_stage=3, global_batch_size=gbs, micro_batch_size=1, seq_len=seq, sequence_parallel=True)
+        blocking = meshplan.estimate(model, cluster, **plan, tp_overlap="none")
+        overlapped = meshplan.estimate(model, cluster, **plan, tp_overlap=mode)
+        assert overlapped.step_time_s <= blocking.step_time_s * (1 + 1e-9), (model, cluster, plan)
 
 
 @pytest.mark.parametrize("option, off, on", [

@@ -145,6 +145,8 @@ class TaskBuilder:
         self.tasks: list[Task] = []
         self.last = chain  # what the next task of the chain waits for
         self.hidden: set[str] = set()  # names of the collectives issued to run beside compute
+        self.pipelined_comms: set[str] = set()  # names of the pipelined collectives' tasks
+        self.charged = 0.0  # contention the pipelined collectives' compute tasks already carry
 
     def _name(self, label: str) -> str:
         return f"{self.prefix}.{label}.{len(self.tasks)}"
@@ -192,33 +194,61 @@ class TaskBuilder:
         exposed = max(total - work, 0.0)
         contention = self.overlap.slowdown * min(comm - exposed, work)
         start = self.last
-        self.tasks.append(collective(self._name(f"{label}.comm"), axis, comm, (start,), "overlapped", self.overlap.stream(axis)))
+        name = self._name(f"{label}.comm")
+        self.tasks.append(collective(name, axis, comm, (start,), "overlapped", self.overlap.stream(axis)))
+        self.pipelined_comms.add(name)
+        self.charged += contention
         self.work(label, work, kind, ((axis, exposed + contention),))
 
     def segment(self, name: str, signals: tuple[tuple[str, str], ...] = ()) -> Segment:
         """Close the segment: contention for what ran beside its compute, and the chain's end.
 
-        How long each hidden collective overlaps compute is measured on the segment run twice
+        How long the hidden collectives overlap compute is measured on the segment run twice
         from idle streams (a collective fired at the end of one layer runs beside the next
         layer's compute): the first run's collectives against both runs' compute. The compute
-        stream then pays ``slowdown`` x that overlap: a static charge, so the segment stays
-        max-plus and composes exactly."""
+        stream pays ``slowdown`` for each second that any collective runs beside it, once however
+        many do (the union of their intervals, pipelined ones included, whose compute tasks
+        already carry their share): a static charge after the chain's last task (slowed compute
+        ends later, so a blocking collective at the end of the segment cannot hide it), so the
+        segment stays max-plus and composes exactly. Each hidden axis is charged in proportion
+        to its own overlap."""
         signals = ((self.chain, self.last), *signals)
         if self.hidden and self.overlap.slowdown > 0:
             placed: list[Placed] = []
             draft = Segment(name, tuple(self.tasks), signals)
             run(run(State(), draft, placed), draft, placed)
-            busy = [(p.start_s, p.end_s) for p in placed if p.task.stream == "compute"]
+            busy = [(p.start_s, p.end_s) for p in placed if p.task.stream == "compute" and p.end_s > p.start_s]
             beside: dict[str, float] = {}
+            comms: list[tuple[float, float]] = []
             for p in placed[:len(self.tasks)]:
                 if p.task.name in self.hidden:
-                    shared = sum(max(0.0, min(p.end_s, e) - max(p.start_s, b)) for b, e in busy)
                     axis = p.task.parts[0][0]
-                    beside[axis] = beside.get(axis, 0.0) + shared
+                    beside[axis] = beside.get(axis, 0.0) + _overlap_s([(p.start_s, p.end_s)], busy)
+                if p.task.name in self.hidden or p.task.name in self.pipelined_comms:
+                    comms.append((p.start_s, p.end_s))
+            own = sum(beside.values())
+            owed = max(0.0, self.overlap.slowdown * _overlap_s(_union(comms), busy) - self.charged)
             for axis, seconds in beside.items():
-                if seconds > 0:
-                    self.tasks.append(Task(self._name(f"contention.{axis}"), "compute", ((axis, self.overlap.slowdown * seconds),), (), "contention"))
+                if seconds > 0 and owed > 0:
+                    charge = owed * seconds / own
+                    self.tasks.append(Task(self._name(f"contention.{axis}"), "compute", ((axis, charge),), (self.last,), "contention"))
         return Segment(name, tuple(self.tasks), signals)
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Disjoint intervals covering ``intervals``."""
+    out: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        elif end > start:
+            out.append((start, end))
+    return out
+
+
+def _overlap_s(intervals: list[tuple[float, float]], busy: list[tuple[float, float]]) -> float:
+    """Seconds of ``intervals`` (disjoint) that fall inside ``busy`` (disjoint: one stream's tasks)."""
+    return sum(max(0.0, min(e1, e2) - max(b1, b2)) for b1, e1 in intervals for b2, e2 in busy)
 
 
 def _matmul_run(ops: tuple[Op, ...], first: bool) -> int:
