@@ -110,12 +110,13 @@ def test_moving_a_layer_off_the_output_rank_shortens_the_step():
 def test_interleaving_runs_a_micro_batch_count_that_is_not_a_multiple_of_pp():
     """50 micro-batches over pp 4 cannot go in Megatron-Core's default groups of 4 (the last would
     hold 2); the plan runs them in groups of 5, as --microbatch-group-size-per-virtual-pipeline-
-    stage 5 does, and the step takes about 50/48 of the 48-micro-batch one."""
+    stage 5 does, and the step takes more than the 48-micro-batch one and at most 50/48 of it
+    (the work grows by 50/48, the warm-up and cool-down do not)."""
     plan = dict(tp=4, pp=4, cp=2, virtual_pipeline_stages=5, sequence_parallel=True, seq_len=8192, precision="fp8")
     base = api.estimate("llama3-70b", "dgx-h100", num_devices=64, global_batch_size=96, **plan)
     odd = api.estimate("llama3-70b", "dgx-h100", num_devices=64, global_batch_size=100, **plan)
     assert base.plan["microbatch_group_size"] == 4 and odd.plan["microbatch_group_size"] == 5
-    assert odd.step_time_s == pytest.approx(base.step_time_s * 50 / 48, rel=0.01)
+    assert base.step_time_s * 1.02 < odd.step_time_s <= base.step_time_s * 50 / 48
     same = api.estimate("llama3-70b", "dgx-h100", num_devices=64, global_batch_size=100, microbatch_group_size=5, **plan)
     assert same.step_time_s == odd.step_time_s
     for group, says in [(3, ">= pp"), (6, "leave 2"), (60, "at most the 50")]:
