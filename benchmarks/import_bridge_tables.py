@@ -12,9 +12,10 @@ cluster (DGX-B300), hybrid Mamba models (Nemotron 3), Kimi K2 (Muon optimizer), 
 runs (capacity factors are not modelled), tables without a precision column (25.09) and the
 SFT and LoRA tables (the case format has no task).
 Where a cell holds an alternative in parentheses ("FP8-CS (FP8-MX)", "3986 (3546)"), the first
-value is the row's. Where a release's recipe ran the expert all-to-alls otherwise than
-megatron-core's preset, the case carries the recipe's Megatron-Core switches (FULL_ITERATION_GRAPHS,
-EP_RECIPES), which meshplan validate reads.
+value is the row's. The switches a release's recipe set beyond megatron-core's preset (the expert
+dispatcher and its overlap, Adam's moments, activation offload, CUDA graphs) are not written
+here: meshplan validate takes them from catalog/recipes.yaml for every case whose source names
+Megatron-Bridge and its container (meshplan.io.recipes).
 """
 
 from __future__ import annotations
@@ -45,44 +46,9 @@ SYSTEMS = {
     "DGX-GB300": ("gb300-nvl72", 4),
 }
 
-#: table precision -> plan precision (FP8 scaling recipes are not told apart)
-PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-DS": "fp8", "FP8-MX": "fp8", "MXFP8": "fp8", "NVFP4": "fp4"}
-
-
-#: systems whose MXFP8 MoE recipes replay the whole iteration as CUDA graphs from container 26.06
-#: on (Megatron-Bridge PRs 3983 and 4226, DeepSeek-V3 GB300 and GB200; 4173, GPT-OSS 120B; 4211,
-#: Qwen3 GB200 and GB300; June 2026: cuda_graph_impl = "full_iteration" with paged stashing). The
-#: same helpers turn on the expert all-to-all overlap (overlap_moe_expert_parallel_comm and
-#: delay_wgrad_compute: perf_recipes/deepseek/common.py _enable_deepseek_full_iteration_mxfp8,
-#: gpt_oss/common.py _apply_gpt_oss_120b_full_iter_fp8mx_configs, qwen/common.py
-#: _enable_hybridep_full_iteration_mxfp8, commit 067f987d)
-FULL_ITERATION_GRAPHS = {"DGX-GB200", "DGX-GB300"}
-
-#: MoE recipes whose expert all-to-alls ran otherwise than megatron-core's preset (the flex
-#: dispatcher, no overlap): (model, system, containers, (tp, pp, vp, ep)) -> the recipe's
-#: Megatron-Core switches, read from scripts/performance/configs/<family>/*workload_base_configs.py
-#: at the release tags whose docs carry those containers' tables (v0.2.1: 25.11, v0.3.0: 26.02,
-#: v0.4.0: 26.02.01, v0.4.2: 26.04.01, v0.5.0: 26.06); a row matches only with the recipe's layout
-EP_RECIPES = [
-    ("Qwen3-235B-A22B", "DGX-H100", ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06"), (2, 8, 4, 32),
-     {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": True},
-     "QWEN3_235B_A22B H100 configs (tags v0.2.1 to v0.5.0): no moe_flex_dispatcher_backend, so the Qwen3 "
-     "provider's alltoall dispatcher, and moe_a2a_overlap=True"),
-    ("Qwen3-30B-A3B", "DGX-H100", ("26.02",), (1, 2, 12, 8),
-     {"moe_token_dispatcher_type": "flex", "moe_a2a_overlap": True},
-     "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_*_V1 (tag v0.3.0): moe_flex_dispatcher_backend deepep, moe_a2a_overlap=True"),
-    ("DeepSeek-V3", "DGX-B200", ("26.04.01",), (1, 8, 2, 32),
-     {"moe_token_dispatcher_type": "flex", "moe_a2a_overlap": True},
-     "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (tag v0.4.2): moe_flex_dispatcher_backend deepep, moe_a2a_overlap=True"),
-]
-
-
-#: Llama 3 70B's Megatron-FSDP recipes (tp 1, pp 1) keep the activations of their first layers in
-#: the host's memory (cpu_offloading_num_layers), by system and precision: LLAMA3_70B_*_BASE_CONFIG
-#: and LLAMA3_70B_PRETRAIN_CONFIG_*_V1/V2 in scripts/performance/configs/llama/ at tags v0.2.1 to
-#: v0.5.0 (25.11 to 26.06), the same in every release
-ACTIVATION_OFFLOAD = {("DGX-GB200", "fp8"): 40, ("DGX-GB200", "bf16"): 20, ("DGX-GB300", "fp8"): 20,
-                      ("DGX-GB300", "bf16"): 30, ("DGX-B200", "fp8"): 5}
+#: table precisions meshplan runs, as the case's precision word (meshplan.io.case_inputs reads
+#: FP8-CS, FP8-DS, FP8-MX, MXFP8 and NVFP4 as FP8 or FP4 with their scaling recipe)
+PRECISIONS = {"BF16", "FP8", "FP8-CS", "FP8-DS", "FP8-MX", "MXFP8", "NVFP4"}
 
 
 def first(cell: str) -> str:
@@ -129,9 +95,9 @@ def case(container: str, row: dict, models: dict, commit: str) -> dict | None:
     name = next((v for k, v in MODELS.items() if row.get("Model", "").startswith(k)), None)
     if name is None or "tokendrop" in row["Model"] or row.get("System") not in SYSTEMS or "Precision" not in row:
         return None
-    precision = PRECISIONS.get(first(row["Precision"]))
-    if precision is None:
+    if first(row["Precision"]) not in PRECISIONS:
         return None
+    precision = first(row["Precision"]).lower()
     cluster, per_node = SYSTEMS[row["System"]]
     gpus, tp, pp, cp = (int(first(row[k])) for k in ("#-GPUs", "TP", "PP", "CP"))
     vp, ep = degree(row["VP"]), degree(row["EP"])
@@ -149,25 +115,6 @@ def case(container: str, row: dict, models: dict, commit: str) -> dict | None:
     system = row["System"].removeprefix("DGX-").lower()
     parallelism = {"tp": tp, "pp": pp, "cp": cp, "dp": gpus // (tp * pp * cp), "ep": ep, "sequence_parallel": tp > 1,
                    "virtual_pipeline_stages": vp, "zero_stage": 3 if fsdp else 1, "activation_recompute": "none"}
-    if (model["arch"] == "moe" and first(row["Precision"]) in ("MXFP8", "FP8-MX") and row["System"] in FULL_ITERATION_GRAPHS
-            and container.split(".")[:2] >= ["26", "06"]):
-        parallelism["cuda_graphs"] = "full"
-        parallelism["moe_a2a_overlap"] = True
-        inferred.append("cuda_graphs full: the recipe's full-iteration CUDA graphs (Megatron-Bridge PRs 3983, 4173, 4211, 4226)")
-        inferred.append("moe_a2a_overlap: the same helpers' overlap_moe_expert_parallel_comm and delay_wgrad_compute")
-    offloaded = ACTIVATION_OFFLOAD.get((row["System"], precision)) if name == "Llama 3 70B" and fsdp and (tp, pp) == (1, 1) else None
-    if offloaded and first(row["Precision"]) not in ("MXFP8", "FP8-MX"):
-        parallelism["cpu_offloading_num_layers"] = offloaded
-        inferred.append(f"cpu_offloading_num_layers {offloaded}: the Llama 3 70B Megatron-FSDP recipe for {row['System']} "
-                        "(scripts/performance/configs/llama, tags v0.2.1 to v0.5.0)")
-    if name == "DeepSeek-V3" and not fsdp:
-        parallelism["exp_avg_dtype"] = "bf16"
-        inferred.append("exp_avg_dtype bf16: DeepSeek-V3's recipe runs the precision-aware optimizer with bf16 moments "
-                        "(src/megatron/bridge/recipes/deepseek/deepseek_v3.py, tags v0.2.1 to v0.5.0)")
-    for recipe_model, system_name, containers, layout, switches, where in EP_RECIPES:
-        if (name, row["System"], (tp, pp, vp, ep)) == (recipe_model, system_name, layout) and container in containers:
-            parallelism.update(switches)
-            inferred.append(f"{', '.join(switches)}: {where}")
     return {
         "id": re.sub(r"[^a-z0-9_.]+", "_", f"mbt_{container}_{system}_{name}_{gpus}gpu_{row['Precision']}_tp{tp}pp{pp}cp{cp}vp{vp}ep{ep}mbs{mbs}".lower()).strip("_"),
         "group": f"mbridge_tables_{system}_{model['arch']}",

@@ -69,7 +69,7 @@ def test_rows_become_cases_with_the_published_step_time():
     # GBS x sequence / (tokens/s/GPU x GPUs); the first of "4224 (3712)" is the row's own value
     assert llama["measured"]["step_time_s"] == pytest.approx(256 * 8192 / (4224 * 64), rel=1e-6)
     assert llama["hardware"] == {"cluster": "gb200-nvl72", "num_devices": 64, "devices_per_node": 4}
-    assert llama["precision"] == "fp8"
+    assert llama["precision"] == "fp8-cs"
     assert llama["parallelism"]["zero_stage"] == 3  # FSDP 64
     assert llama["parallelism"]["dp"] == 64 and llama["parallelism"]["virtual_pipeline_stages"] == 1
     assert llama["group"] == "mbridge_tables_gb200_dense"
@@ -80,41 +80,19 @@ def test_rows_become_cases_with_the_published_step_time():
     assert qwen["parallelism"]["zero_stage"] == 1 and qwen["group"] == "mbridge_tables_h100_moe"
 
 
-def test_mxfp8_moe_rows_on_nvl72_replay_full_iteration_graphs_from_26_06():
+def test_rows_keep_their_precision_word_and_no_recipe_switches():
+    """The case's precision is the table's own ("FP8-CS", "MXFP8": meshplan.io.case_inputs reads
+    the scaling recipe from it); the switches the release's recipe set are not written into the
+    case but taken from catalog/recipes.yaml when it is scored (tests/test_recipes.py)."""
     row = {"Model": "Qwen3_30B_a3B", "System": "DGX-GB200", "#-GPUs": "8", "Precision": "MXFP8", "GBS": "512",
            "MBS": "4", "Sequence Length": "4096", "TP": "1", "PP": "1", "CP": "1", "VP": "n/a", "EP": "8",
            "Tokens / sec / GPU": "40000"}
     graphed = importer.case("26.06", row, MODELS, "abc")
-    assert graphed["parallelism"]["cuda_graphs"] == "full"
-    assert graphed["parallelism"]["moe_a2a_overlap"] is True  # the same recipe helpers overlap the all-to-alls
-    assert any("full-iteration CUDA graphs" in note for note in graphed["inferred"])
-    for container, changes in (("26.04.01", {}), ("26.08", {"Precision": "FP8-CS"}), ("26.08", {"System": "DGX-H100"}),
-                               ("26.08", {"Model": "LLAMA3_70B"})):
-        parallelism = importer.case(container, {**row, **changes}, MODELS, "abc")["parallelism"]
-        assert "cuda_graphs" not in parallelism and "moe_a2a_overlap" not in parallelism
-
-
-def test_deepseek_v3_rows_carry_their_recipes_bf16_moments():
-    models = {"DeepSeek-V3": {"arch": "moe", "name": "DeepSeek-V3", "hidden_size": 7168}}
-    row = {"Model": "DeepSeekV3", "System": "DGX-GB200", "#-GPUs": "256", "Precision": "MXFP8", "GBS": "4096", "MBS": "1",
-           "Sequence Length": "4096", "TP": "1", "PP": "4", "CP": "1", "VP": "4", "EP": "64", "Tokens / sec / GPU": "4256"}
-    assert importer.case("26.04.01", row, models, "abc")["parallelism"]["exp_avg_dtype"] == "bf16"
-    assert "exp_avg_dtype" not in importer.case("26.04.01", {**row, "FSDP": "256"}, models, "abc")["parallelism"]
-
-
-def test_moe_rows_carry_their_recipes_expert_all_to_alls_where_they_leave_the_preset():
-    """Qwen3-235B on H100 ran the alltoall dispatcher with the overlap in every release's recipe
-    (EP_RECIPES); a row with another layout is not that recipe and keeps the preset's."""
-    models = {**MODELS, "Qwen3-235B-A22B": {"arch": "moe", "name": "Qwen3-235B-A22B", "hidden_size": 4096}}
-    row = {"Model": "Qwen3_235B_a22B", "System": "DGX-H100", "#-GPUs": "256", "Precision": "FP8", "GBS": "8192",
-           "MBS": "1", "Sequence Length": "4096", "TP": "2", "PP": "8", "CP": "1", "VP": "4", "EP": "32",
-           "Tokens / sec / GPU": "1633"}
-    recipe = importer.case("26.04.01", row, models, "abc")
-    assert recipe["parallelism"]["moe_token_dispatcher_type"] == "alltoall" and recipe["parallelism"]["moe_a2a_overlap"] is True
-    assert any("v0.2.1 to v0.5.0" in note for note in recipe["inferred"])
-    for container, changes in (("26.04.01", {"EP": "16"}), ("26.08", {}), ("26.04.01", {"System": "DGX-B200"})):
-        other = importer.case(container, {**row, **changes}, models, "abc")["parallelism"]
-        assert "moe_token_dispatcher_type" not in other and "moe_a2a_overlap" not in other
+    assert graphed["precision"] == "mxfp8"
+    assert set(graphed["parallelism"]) == {"tp", "pp", "cp", "dp", "ep", "sequence_parallel", "virtual_pipeline_stages",
+                                           "zero_stage", "activation_recompute"}
+    assert importer.case("26.06", {**row, "Precision": "NVFP4"}, MODELS, "abc")["precision"] == "nvfp4"
+    assert importer.case("26.06", {**row, "Precision": "FP16"}, MODELS, "abc") is None
 
 
 def test_rows_outside_the_model_are_skipped():

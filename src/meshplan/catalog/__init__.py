@@ -66,6 +66,12 @@ def frameworks() -> dict[str, dict]:
     return {name: {k: v for k, v in entry.items() if k not in ("source", "families")} for name, entry in _raw("frameworks").items()}
 
 
+def recipes(framework: str) -> list[dict]:
+    """A framework's published recipes, where they set switches its preset does not
+    (recipes.yaml: the entries a case from that framework's benchmarks matches)."""
+    return list(_raw("recipes").get(framework) or [])
+
+
 def framework_on(name: str, family: str) -> dict:
     """What a framework's defaults become on a device family (frameworks.yaml ``families``: a
     family whose published runs ran the framework otherwise); empty where nothing changes."""

@@ -13,6 +13,7 @@ import re
 
 from meshplan import catalog
 from meshplan.errors import MeshplanError
+from meshplan.io.recipes import recipe_switches
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.strategy import LAYER_KINDS
 
@@ -155,6 +156,8 @@ def case_inputs(case: dict, where: str) -> dict:
             "first_dense_layers": _option(moe, "first_dense_layers", 0),
         }
     par = case.get("parallelism") or {}
+    if isinstance(par, dict):  # a Megatron-Bridge recipe's switches, under the case's own keys
+        par = {**recipe_switches(case)[0], **par}
     hardware = _get(case, "hardware", where)
     seq_len = _get(case, "batch.seq_len", where)  # the run's own: a model's default would be a guess
     if seq_len is None:

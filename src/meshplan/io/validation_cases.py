@@ -27,6 +27,7 @@ from meshplan.errors import MeshplanError
 from meshplan.io.case_inputs import _get, _option, _word, case_inputs, dlrm_case_inputs, framework_name
 from meshplan.io.files import load_yaml_or_json
 from meshplan.io.profile import load_profile
+from meshplan.io.recipes import recipe_switches
 from meshplan.specs.profile import Profile
 
 
@@ -125,7 +126,8 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
     known = known_architecture(inputs["model"]) if arch != "dlrm" else None
     scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
     preset = _preset_note(case.get("framework"), inputs["plan"].get("framework")) if arch != "dlrm" else None
-    note = "; ".join(n for n in (known, preset, note) if n) or None
+    recipe = _recipe_note(case) if arch != "dlrm" else None
+    note = "; ".join(n for n in (known, preset, recipe, note) if n) or None
     try:
         result = estimate(**inputs)
     except MeshplanError as err:  # name the case in the field path
@@ -139,6 +141,16 @@ def _preset_note(named, preset: str | None) -> str | None:
     if preset is None:
         return f"no preset for framework {named.strip()!r}: meshplan's defaults" if isinstance(named, str) and named.strip() else None
     return f"{preset} defaults, for the version its source names" if preset != framework_name(named) else None
+
+
+def _recipe_note(case: dict) -> str | None:
+    """The Megatron-Bridge recipe switches a case took (meshplan.io.recipes) beyond its own keys."""
+    switches, _ = recipe_switches(case)
+    own = case.get("parallelism") if isinstance(case.get("parallelism"), dict) else {}
+    taken = {k: v for k, v in switches.items() if k not in own}
+    if not taken:
+        return None
+    return "Megatron-Bridge recipe: " + ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in taken.items())
 
 
 def _normalized(name: str) -> str:

@@ -1,0 +1,128 @@
+"""Cases from Megatron-Bridge's performance summary take the switches its recipes set beyond the
+megatron-core preset (catalog/recipes.yaml, meshplan.io.recipes)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from meshplan import catalog
+from meshplan.io.case_inputs import case_inputs
+from meshplan.io.recipes import recipe_switches
+from meshplan.io.validation_cases import run_case
+
+#: the public case mbridge_26.04.01_h100_qwen3_235b_a22b_256gpu (shared/validation/public-cases.yaml)
+QWEN = {
+    "id": "qwen", "group": "g", "source": "NVIDIA Megatron-Bridge performance summary, NeMo container 26.04.01",
+    "model": {"name": "Qwen3-235B-A22B", "arch": "moe", "num_layers": 94, "hidden_size": 4096, "num_attention_heads": 64,
+              "num_kv_heads": 4, "ffn_hidden_size": None, "ffn_type": "swiglu", "vocab_size": 151936, "head_dim": 128,
+              "moe": {"num_experts": 128, "top_k": 8, "expert_ffn_hidden_size": 1536, "shared_experts": 0, "first_dense_layers": 0}},
+    "hardware": {"cluster": "dgx-h100", "num_devices": 256, "devices_per_node": 8},
+    "precision": "fp8", "framework": "megatron-core",
+    "measured": {"step_time_s": 76.56},
+    "parallelism": {"tp": 2, "pp": 8, "dp": 16, "cp": 1, "ep": 32, "sequence_parallel": True, "virtual_pipeline_stages": 4,
+                    "zero_stage": 1, "activation_recompute": "none"},
+    "batch": {"global_batch_sequences": 8192, "micro_batch_size": 1, "seq_len": 4096},
+}
+
+#: the switches recipes.yaml may set: each is a key meshplan.io.case_inputs reads
+READ_KEYS = {"moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers"}
+
+
+def changed(base: dict, **changes) -> dict:
+    out = copy.deepcopy(base)
+    for path, value in changes.items():
+        node = out
+        *parents, last = path.split("__")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return out
+
+
+def test_a_bridge_case_runs_its_recipes_expert_all_to_alls():
+    """Qwen3-235B on 256 H100s: the recipe of every release from 25.11 to 26.06 sends tokens with
+    the alltoall dispatcher and overlaps them with another micro-batch (the table says neither)."""
+    switches, sources = recipe_switches(QWEN)
+    assert switches == {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": True}
+    assert len(sources) == 1 and "v0.2.1 to v0.5.0" in sources[0]
+    plan = case_inputs(QWEN, "qwen")["plan"]
+    assert (plan["ep_dispatch"], plan["ep_overlap"]) == ("all_to_all", "paired")
+
+
+@pytest.mark.parametrize("changes", [
+    {"parallelism__ep": 16, "parallelism__dp": 16},  # another layout: not that recipe
+    {"source": "NVIDIA Megatron-Bridge performance summary, NeMo container 26.08"},  # a release it does not cover
+    {"hardware__cluster": "dgx-b200"},
+    {"source": "a Megatron-Core run, NeMo container 26.04.01", "framework": "megatron-core"},  # not Megatron-Bridge's
+    {"source": "NVIDIA Megatron-Bridge performance summary"},  # no container named
+    {"model__name": "Qwen3-235B"},
+])
+def test_a_case_outside_the_recipe_keeps_the_preset(changes):
+    other = changed(QWEN, **changes)
+    assert recipe_switches(other) == ({}, ())
+    plan = case_inputs(other, "qwen")["plan"]
+    assert "ep_dispatch" not in plan and "ep_overlap" not in plan
+
+
+def test_the_framework_may_name_megatron_bridge_and_model_names_ignore_case_and_punctuation():
+    renamed = changed(QWEN, source="NeMo container 26.04.01 performance tables", framework="Megatron-Bridge",
+                      model__name="qwen3 235b a22b")
+    assert recipe_switches(renamed)[0]["moe_token_dispatcher_type"] == "alltoall"
+
+
+def test_the_cases_own_keys_win():
+    own = changed(QWEN, parallelism__moe_a2a_overlap=False)
+    plan = case_inputs(own, "qwen")["plan"]
+    assert (plan["ep_dispatch"], plan["ep_overlap"]) == ("all_to_all", "none")
+    assert case_inputs(changed(QWEN, parallelism__ep_dispatch="hierarchical"), "qwen")["plan"]["ep_dispatch"] == "hierarchical"
+
+
+def test_validate_says_which_switches_a_case_took_and_they_change_its_prediction():
+    result = run_case(QWEN, 0)
+    assert result.error is None
+    assert "Megatron-Bridge recipe: moe_token_dispatcher_type alltoall, moe_a2a_overlap true" in result.note
+    plain = run_case(changed(QWEN, source="NVIDIA Megatron-Bridge performance summary"), 0)
+    assert plain.note is None or "recipe" not in plain.note
+    assert plain.predicted_step_time_s != pytest.approx(result.predicted_step_time_s, rel=1e-3)
+
+
+def test_deepseek_v3_keeps_bf16_moments_unless_fully_sharded():
+    deepseek = changed(QWEN, model__name="DeepSeek-V3", hardware__cluster="gb200-nvl72",
+                       source="NVIDIA Megatron-Bridge performance summary, NeMo container 25.11")
+    assert recipe_switches(deepseek)[0] == {"exp_avg_dtype": "bf16"}
+    assert case_inputs(deepseek, "d")["plan"]["optimizer_state"] == "bf16_moments"
+    assert recipe_switches(changed(deepseek, parallelism__zero_stage=3))[0] == {}
+
+
+def test_nvl72_mxfp8_moe_recipes_replay_the_iteration_as_cuda_graphs_from_26_06():
+    qwen30 = changed(QWEN, model__name="Qwen3-30B-A3B", hardware__cluster="gb200-nvl72", precision="mxfp8",
+                     source="Megatron-Bridge docs/performance-summary.md, NeMo container 26.06")
+    assert recipe_switches(qwen30)[0] == {"cuda_graphs": "full", "moe_a2a_overlap": True}
+    for changes in ({"source": "Megatron-Bridge, NeMo container 26.04.01"}, {"hardware__cluster": "dgx-h100"},
+                    {"precision": "bf16"}, {"model__name": "Llama 3 70B"}):
+        assert "cuda_graphs" not in recipe_switches(changed(qwen30, **changes))[0]
+
+
+def test_llama3_70b_fsdp_recipes_offload_activations_by_system_and_precision():
+    llama = changed(QWEN, model__name="Llama 3 70B", hardware__cluster="gb200-nvl72", precision="fp8-cs",
+                    parallelism__tp=1, parallelism__pp=1, parallelism__ep=1, parallelism__zero_stage=3,
+                    source="Megatron-Bridge, NeMo container 25.11")
+    assert recipe_switches(llama)[0] == {"cpu_offloading_num_layers": 40}
+    assert recipe_switches(changed(llama, precision="bf16"))[0] == {"cpu_offloading_num_layers": 20}
+    assert recipe_switches(changed(llama, hardware__cluster="gb300-nvl72", precision="bf16"))[0] == {"cpu_offloading_num_layers": 30}
+    assert recipe_switches(changed(llama, precision="mxfp8"))[0] == {}  # the MXFP8 recipes offload nothing
+    assert recipe_switches(changed(llama, parallelism__zero_stage=1))[0] == {}
+
+
+def test_every_recipe_entry_names_its_source_and_sets_keys_the_case_reader_reads():
+    entries = catalog.recipes("megatron-bridge")
+    assert len(entries) >= 10
+    for entry in entries:
+        assert entry["source"] and entry["model"] and entry["switches"]
+        assert set(entry["switches"]) <= READ_KEYS, entry
+        assert set(entry) <= {"model", "clusters", "containers", "layout", "zero_stage", "precisions", "switches", "source"}
+        assert set(entry.get("layout") or {}) <= {"tp", "pp", "vp", "ep"}
+        assert set(entry.get("clusters") or []) <= set(catalog.cluster_ids())
+    assert catalog.recipes("torchtitan") == []
