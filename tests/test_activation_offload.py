@@ -13,6 +13,7 @@ import pytest
 from cli_runner import run_cli
 from meshplan import api, catalog
 from meshplan.costs.costed import cost_program, offload_waits
+from meshplan.io.recipes import recipe_switches
 from meshplan.io.validation_cases import case_inputs
 from meshplan.parallel.program import build_program
 
@@ -115,7 +116,7 @@ def test_a_case_says_it_in_megatron_cores_words():
     assert case_inputs(case, "c")["plan"]["activation_offload_layers"] == 7
 
 
-def test_bridge_tables_carry_the_llama_70b_recipes_offload():
+def test_bridge_tables_take_the_llama_70b_recipes_offload():
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("import_bridge_tables", root / "benchmarks" / "import_bridge_tables.py")
     importer = importlib.util.module_from_spec(spec)
@@ -124,10 +125,14 @@ def test_bridge_tables_carry_the_llama_70b_recipes_offload():
     row = {"Model": "LLAMA3_70B", "System": "DGX-GB200", "#-GPUs": "64", "Precision": "FP8", "GBS": "256", "MBS": "2",
            "Sequence Length": "8192", "FSDP": "64", "TP": "1", "PP": "1", "CP": "1", "VP": "n/a", "EP": "n/a",
            "Tokens / sec / GPU": "4224"}
-    assert importer.case("26.04.01", row, models, "abc")["parallelism"]["cpu_offloading_num_layers"] == 40
-    assert importer.case("26.04.01", {**row, "System": "DGX-GB300"}, models, "abc")["parallelism"]["cpu_offloading_num_layers"] == 20
+    # the table's case takes the recipe's offload from catalog/recipes.yaml when it is read
+    def offloaded(**changes):
+        case = importer.case("26.04.01", {**row, **changes}, models, "abc")
+        return recipe_switches(case)[0].get("cpu_offloading_num_layers")
+
+    assert offloaded() == 40 and offloaded(System="DGX-GB300") == 20
     for changes in ({"FSDP": "0"}, {"Precision": "MXFP8"}, {"PP": "4"}):
-        assert "cpu_offloading_num_layers" not in importer.case("26.04.01", {**row, **changes}, models, "abc")["parallelism"]
+        assert offloaded(**changes) is None
     assert catalog.cluster("gb300-nvl72").host.link_bytes_per_s == pytest.approx(225e9)
     # B200's recipe (5 layers over PCIe Gen5) runs on a cluster that states its hosts
     b200 = api.estimate("llama3-70b", "dgx-b200", num_devices=64, tp=1, zero_stage=3, global_batch_size=128, seq_len=8192,
