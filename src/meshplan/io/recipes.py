@@ -31,7 +31,7 @@ def _matches(entry: dict, case: dict, container: str) -> bool:
         _key(entry["model"]) == _key(model.get("name", "")),
         "clusters" not in entry or _key(hardware.get("cluster", "")) in {_key(c) for c in entry["clusters"]},
         "containers" not in entry or container in entry["containers"],
-        all(par.get(field, 1) == value for name, value in (entry.get("layout") or {}).items() for field in (_LAYOUT[name],)),
+        all(par.get(_LAYOUT[name], 1) == value for name, value in (entry.get("layout") or {}).items()),
         "zero_stage" not in entry or par.get("zero_stage", 0) == entry["zero_stage"],
         "precisions" not in entry or _key(case.get("precision", "bf16")) in {_key(p) for p in entry["precisions"]},
     )
