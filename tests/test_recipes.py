@@ -27,7 +27,8 @@ QWEN = {
 }
 
 #: the switches recipes.yaml may set: each is a key meshplan.io.case_inputs reads
-READ_KEYS = {"moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers"}
+READ_KEYS = {"moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers",
+             "recompute_modules"}
 
 
 def changed(base: dict, **changes) -> dict:
@@ -86,6 +87,15 @@ def test_validate_says_which_switches_a_case_took_and_they_change_its_prediction
     plain = run_case(changed(QWEN, source="NVIDIA Megatron-Bridge performance summary"), 0)
     assert plain.note is None or "recipe" not in plain.note
     assert plain.predicted_step_time_s != pytest.approx(result.predicted_step_time_s, rel=1e-3)
+
+
+def test_deepseek_v3_on_h100_in_25_09_ran_deepep_with_the_overlap_and_recomputed_modules():
+    deepseek = changed(QWEN, model__name="DeepSeek-V3", source="NVIDIA Megatron-Bridge performance summary, NeMo container 25.09",
+                       parallelism__ep=64, parallelism__dp=64, hardware__num_devices=1024)
+    switches = recipe_switches(deepseek)[0]
+    assert switches["recompute_modules"] == ["mla_up_proj", "mlp"] and switches["moe_a2a_overlap"] is True
+    plan = case_inputs(deepseek, "d")["plan"]
+    assert (plan["recompute"], plan["selective_recompute"], plan["ep_dispatch"]) == ("selective", "modules", "hierarchical")
 
 
 def test_deepseek_v3_keeps_bf16_moments_unless_fully_sharded():

@@ -206,6 +206,9 @@ def case_inputs(case: dict, where: str) -> dict:
     offloaded = _option(par, "activation_offload_layers", par.get("cpu_offloading_num_layers"))
     if offloaded is not None:  # layers whose activations wait in host memory (Megatron-Core's name too)
         plan["activation_offload_layers"] = offloaded
+    modules = _option(par, "recompute_modules", None)
+    if modules is not None and plan["recompute"] != "full":  # Megatron-Core reads them under selective granularity only
+        plan.update(recompute="selective", selective_recompute="modules", recompute_modules=modules)
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
         plan["cuda_graphs"] = _word(graphs)

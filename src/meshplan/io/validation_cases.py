@@ -150,7 +150,12 @@ def _recipe_note(case: dict) -> str | None:
     taken = {k: v for k, v in switches.items() if k not in own}
     if not taken:
         return None
-    return "Megatron-Bridge recipe: " + ", ".join(f"{k} {str(v).lower() if isinstance(v, bool) else v}" for k, v in taken.items())
+    def word(value) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        return "[" + ", ".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else str(value)
+
+    return "Megatron-Bridge recipe: " + ", ".join(f"{k} {word(v)}" for k, v in taken.items())
 
 
 def _normalized(name: str) -> str:

@@ -72,3 +72,34 @@ def op_recompute_kept_bytes(ops: tuple[ShardedOp, ...], model, layer_input: floa
             a = op.attention
             kept += a.batch * a.seq * a.heads * (a.v_dim * act_bytes + 4.0)
     return kept
+
+
+#: Megatron-Core's fine-grained selective recompute (recompute_granularity "selective" with
+#: recompute_modules, TransformerConfig; megatron/core/transformer/transformer_layer.py and
+#: multi_latent_attention.py checkpoint each listed module and discard its output): per module,
+#: the ops it re-runs in backward and the saved tensors it no longer keeps (the module's input is
+#: its checkpoint and stays). core_attn: the attention core, keeping q, k, v; layernorm: the two
+#: norms, whose outputs (their consumers' inputs) are discarded; mla_up_proj: multi-latent
+#: attention's up-projections, whose outputs (the attention's q and k/v) are rebuilt from the
+#: latents; mlp: a dense layer's MLP; moe_act: the experts' activation; shared_experts: the
+#: shared experts' MLP. "moe" (the whole MoE layer, its all-to-alls re-run too) is not modelled.
+RECOMPUTE_MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "core_attn": (("attention",), ("softmax_lse", "softmax_out", "dropout_mask", "dropout_out")),
+    "layernorm": (("norm_attn", "norm_mlp"), ("qkv_in", "q_in", "q_down_in", "kv_down_in", "mlp_up_in", "router_in", "shared_up_in")),
+    "mla_up_proj": (("q_up", "kv_up"), ("q", "kv")),
+    "mlp": (("mlp_up", "mlp_activation", "mlp_down"), ("mlp_activation_in", "mlp_down_in")),
+    "moe_act": (("experts_activation",), ("experts_down_in",)),
+    "shared_experts": (("shared_up", "shared_activation", "shared_down"), ("shared_activation_in", "shared_down_in")),
+}
+
+
+def module_recompute(ops: tuple[ShardedOp, ...], modules: tuple[str, ...]) -> tuple[tuple[str, float], ...]:
+    """The ops of ``modules`` (RECOMPUTE_MODULES) that a layer of ``ops`` has, each re-run whole
+    in backward, in forward order."""
+    names = {name for module in modules for name in RECOMPUTE_MODULES[module][0]}
+    return tuple((op.op.name, 1.0) for op in ops if op.op.name in names)
+
+
+def module_dropped(modules: tuple[str, ...]) -> frozenset[str]:
+    """The saved tensors (workloads.ops.Saved names) that ``modules`` no longer keep."""
+    return frozenset(name for module in modules for name in RECOMPUTE_MODULES[module][1])

@@ -13,6 +13,7 @@ from meshplan.specs.base import Count, Natural, Spec
 from meshplan.specs.kernels import AttentionGeneration
 
 Recompute = Literal["none", "selective", "full"]
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts"]
 Schedule = Literal["1f1b", "gpipe", "zb-h1", "dualpipe"]
 TPOverlap = Literal["none", "bulk", "pipelined"]
 EPOverlap = Literal["none", "paired"]
@@ -84,8 +85,12 @@ class Plan(Spec):
     # what "selective" re-runs: the attention core (Korthikanti et al. 2022, Megatron's
     # --recompute-granularity selective; nothing under flash attention, which keeps no scores),
     # or torchtitan's per-op policy ("op": every op but matmuls, attention and reduce-scatters,
-    # and every second matmul of a layer; parallel.recompute.op_recompute)
-    selective_recompute: Literal["attention", "op"] = "attention"
+    # and every second matmul of a layer; parallel.recompute.op_recompute), or Megatron-Core's
+    # fine-grained modules ("modules": the recompute_modules below)
+    selective_recompute: Literal["attention", "op", "modules"] = "attention"
+    # Megatron-Core's recompute_modules: the modules "modules" re-runs in backward (its default is
+    # the attention core; parallel.recompute.RECOMPUTE_MODULES)
+    recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
     precision: TrainPrecision = "bf16"
     flash_attention: bool = True
     # which flash-attention generation runs (None: the newest the device family runs, the one its
@@ -198,6 +203,17 @@ class Plan(Spec):
     def _layout_parses(cls, value):
         if value is not None:
             parse_pipeline_layout(value)
+        return value
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _modules_listed(cls, value):
+        """A list of module names, or one name or several joined by commas, as Megatron-Core's
+        --recompute-modules takes them; at least one."""
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        if isinstance(value, (list, tuple)) and not value:
+            raise MeshplanError("recompute_modules", value, "at least one of " + ", ".join(RecomputeModule.__args__))
         return value
 
     @field_validator("collective_algorithm", mode="before")
