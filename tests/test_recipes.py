@@ -98,6 +98,14 @@ def test_deepseek_v3_on_h100_in_25_09_ran_deepep_with_the_overlap_and_recomputed
     assert (plan["recompute"], plan["selective_recompute"], plan["ep_dispatch"]) == ("selective", "modules", "hierarchical")
 
 
+def test_gpt_oss_recomputes_norms_and_expert_activations_and_its_gb200_v2_recipe_overlaps():
+    oss = changed(QWEN, model__name="gpt-oss-120b", precision="bf16", hardware__cluster="gb200-nvl72",
+                  source="Megatron-Bridge performance summary, NeMo container 26.04.01", batch__global_batch_sequences=1280)
+    assert recipe_switches(oss)[0] == {"recompute_modules": ["layernorm", "moe_act"], "moe_a2a_overlap": True}
+    assert recipe_switches(changed(oss, batch__global_batch_sequences=512))[0] == {"recompute_modules": ["layernorm", "moe_act"]}
+    assert recipe_switches(changed(oss, hardware__cluster="gb300-nvl72"))[0] == {}  # GB300's recipe graphs instead
+
+
 def test_deepseek_v3_keeps_bf16_moments_unless_fully_sharded():
     deepseek = changed(QWEN, model__name="DeepSeek-V3", hardware__cluster="gb200-nvl72",
                        source="NVIDIA Megatron-Bridge performance summary, NeMo container 25.11")
@@ -132,7 +140,7 @@ def test_every_recipe_entry_names_its_source_and_sets_keys_the_case_reader_reads
     for entry in entries:
         assert entry["source"] and entry["model"] and entry["switches"]
         assert set(entry["switches"]) <= READ_KEYS, entry
-        assert set(entry) <= {"model", "clusters", "containers", "layout", "zero_stage", "precisions", "switches", "source"}
+        assert set(entry) <= {"model", "clusters", "containers", "layout", "zero_stage", "precisions", "global_batch", "switches", "source"}
         assert set(entry.get("layout") or {}) <= {"tp", "pp", "vp", "ep"}
         assert set(entry.get("clusters") or []) <= set(catalog.cluster_ids())
     assert catalog.recipes("torchtitan") == []

@@ -27,6 +27,7 @@ def _matches(entry: dict, case: dict, container: str) -> bool:
     model = case.get("model") if isinstance(case.get("model"), dict) else {}
     hardware = case.get("hardware") if isinstance(case.get("hardware"), dict) else {}
     par = case.get("parallelism") if isinstance(case.get("parallelism"), dict) else {}
+    batch = case.get("batch") if isinstance(case.get("batch"), dict) else {}
     checks = (
         _key(entry["model"]) == _key(model.get("name", "")),
         "clusters" not in entry or _key(hardware.get("cluster", "")) in {_key(c) for c in entry["clusters"]},
@@ -34,6 +35,7 @@ def _matches(entry: dict, case: dict, container: str) -> bool:
         all(par.get(_LAYOUT[name], 1) == value for name, value in (entry.get("layout") or {}).items()),
         "zero_stage" not in entry or par.get("zero_stage", 0) == entry["zero_stage"],
         "precisions" not in entry or _key(case.get("precision", "bf16")) in {_key(p) for p in entry["precisions"]},
+        "global_batch" not in entry or batch.get("global_batch_sequences") == entry["global_batch"],
     )
     return all(checks)
 
