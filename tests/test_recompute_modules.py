@@ -48,6 +48,9 @@ def test_recomputed_modules_cost_their_forward_again_and_keep_less():
     assert none.step_time_s < attn.step_time_s < mlp.step_time_s < full.step_time_s
     assert full.memory.activations_bytes < mlp.memory.activations_bytes < 0.5 * none.memory.activations_bytes
     assert attn.memory.activations_bytes == pytest.approx(none.memory.activations_bytes, rel=0.01)
+    # a module the layer does not have changes nothing (no latent attention in Llama)
+    mla = meshplan.estimate("llama3-8b", "dgx-h100", **BASE, **modules("mla_up_proj"))
+    assert mla.step_time_s == none.step_time_s and mla.memory.activations_bytes == none.memory.activations_bytes
     # the list is read only under selective recompute, as Megatron-Core reads it
     assert meshplan.estimate("llama3-8b", "dgx-h100", **BASE, recompute_modules=["mlp"]).step_time_s == none.step_time_s
 

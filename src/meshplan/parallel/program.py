@@ -191,7 +191,7 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     elif by_op:
         kept = op_recompute_kept_bytes(ops, model, x_bytes / cp / (tp if sp else 1), act_bytes, tp if sp else 1)
     elif by_module:
-        kept = kept_by(drop_scores=False, dropped=module_dropped(plan.recompute_modules))
+        kept = kept_by(drop_scores=False, dropped=module_dropped(ops, plan.recompute_modules))
     else:
         kept = kept_by(drop_scores=plan.recompute == "selective")
     return LayerKind(

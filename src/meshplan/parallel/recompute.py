@@ -100,6 +100,10 @@ def module_recompute(ops: tuple[ShardedOp, ...], modules: tuple[str, ...]) -> tu
     return tuple((op.op.name, 1.0) for op in ops if op.op.name in names)
 
 
-def module_dropped(modules: tuple[str, ...]) -> frozenset[str]:
-    """The saved tensors (workloads.ops.Saved names) that ``modules`` no longer keep."""
-    return frozenset(name for module in modules for name in RECOMPUTE_MODULES[module][1])
+def module_dropped(ops: tuple[ShardedOp, ...], modules: tuple[str, ...]) -> frozenset[str]:
+    """The saved tensors (workloads.ops.Saved names) that ``modules`` no longer keep in a layer
+    of ``ops``: only those of modules the layer has (mla_up_proj drops nothing from a layer
+    without latent attention)."""
+    present = {op.op.name for op in ops}
+    return frozenset(name for module in modules if present & set(RECOMPUTE_MODULES[module][0])
+                     for name in RECOMPUTE_MODULES[module][1])
