@@ -153,7 +153,7 @@ def _recipe_note(case: dict) -> str | None:
     def word(value) -> str:
         if isinstance(value, bool):
             return str(value).lower()
-        return "[" + ", ".join(map(str, value)) + "]" if isinstance(value, (list, tuple)) else str(value)
+        return "+".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
     return "Megatron-Bridge recipe: " + ", ".join(f"{k} {word(v)}" for k, v in taken.items())
 
