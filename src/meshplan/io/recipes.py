@@ -18,8 +18,8 @@ _CONTAINER = re.compile(r"container\s+(\d{2}\.\d{2}(?:\.\d{1,2})?)(?![\d.])", re
 _LAYOUT = {"tp": "tp", "pp": "pp", "vp": "virtual_pipeline_stages", "ep": "ep"}
 
 
-def _key(value) -> str:
-    """A name with case, spaces and punctuation aside."""
+def name_key(value) -> str:
+    """A name with case, spaces and punctuation aside ("Qwen3 235B A22B" is "qwen3235ba22b")."""
     return re.sub(r"[^a-z0-9]", "", str(value).lower())
 
 
@@ -29,12 +29,12 @@ def _matches(entry: dict, case: dict, container: str) -> bool:
     par = case.get("parallelism") if isinstance(case.get("parallelism"), dict) else {}
     batch = case.get("batch") if isinstance(case.get("batch"), dict) else {}
     checks = (
-        _key(entry["model"]) == _key(model.get("name", "")),
-        "clusters" not in entry or _key(hardware.get("cluster", "")) in {_key(c) for c in entry["clusters"]},
+        name_key(entry["model"]) == name_key(model.get("name", "")),
+        "clusters" not in entry or name_key(hardware.get("cluster", "")) in {name_key(c) for c in entry["clusters"]},
         "containers" not in entry or container in entry["containers"],
         all(par.get(_LAYOUT[name], 1) == value for name, value in (entry.get("layout") or {}).items()),
         "zero_stage" not in entry or par.get("zero_stage", 0) == entry["zero_stage"],
-        "precisions" not in entry or _key(case.get("precision", "bf16")) in {_key(p) for p in entry["precisions"]},
+        "precisions" not in entry or name_key(case.get("precision", "bf16")) in {name_key(p) for p in entry["precisions"]},
         "global_batch" not in entry or batch.get("global_batch_sequences") == entry["global_batch"],
     )
     return all(checks)
@@ -44,7 +44,7 @@ def recipe_switches(case: dict) -> tuple[dict, tuple[str, ...]]:
     """(switches, their sources) of the Megatron-Bridge recipe entries ``case`` matches; empty
     unless its source or framework names Megatron-Bridge and its source a NeMo container."""
     source = case.get("source")
-    if not isinstance(source, str) or "megatronbridge" not in _key(source) + _key(case.get("framework", "")):
+    if not isinstance(source, str) or "megatronbridge" not in name_key(source) + name_key(case.get("framework", "")):
         return {}, ()
     found = _CONTAINER.search(source)
     if found is None:

@@ -17,7 +17,6 @@ become estimate inputs (spellings, framework eras, recipe switches) is meshplan.
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from meshplan.errors import MeshplanError
 from meshplan.io.case_inputs import _get, _option, _word, case_inputs, dlrm_case_inputs, framework_name
 from meshplan.io.files import load_yaml_or_json
 from meshplan.io.profile import load_profile
-from meshplan.io.recipes import recipe_switches
+from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.profile import Profile
 
 
@@ -150,16 +149,14 @@ def _recipe_note(case: dict) -> str | None:
     taken = {k: v for k, v in switches.items() if k not in own}
     if not taken:
         return None
-    def word(value) -> str:
-        if isinstance(value, bool):
-            return str(value).lower()
-        return "+".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-
-    return "Megatron-Bridge recipe: " + ", ".join(f"{k} {word(v)}" for k, v in taken.items())
+    return "Megatron-Bridge recipe: " + ", ".join(f"{k} {_switch_word(v)}" for k, v in taken.items())
 
 
-def _normalized(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.lower())
+def _switch_word(value) -> str:
+    """A switch's value as a note writes it: true, false; a list joined by "+"."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "+".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 #: catalog model fields the case format has no place for (SCHEMA.md): the attention's latent
@@ -175,12 +172,12 @@ def known_architecture(model_data: dict) -> str | None:
     and repeats its layers, hidden size, heads and vocabulary (and its expert count) takes its
     multi-head latent attention, its norm and its node-limited routing, each cited in
     catalog/models.yaml. Returns a note saying so, or None where nothing was added."""
-    name = _normalized(str(model_data.get("name", "")))
+    name = name_key(str(model_data.get("name", "")))
     if not name:
         return None
     for model_id in catalog.model_ids():
         known = catalog.model(model_id)
-        if name not in (_normalized(model_id), _normalized(known.name)) or getattr(known, "arch", None) not in ("dense", "moe"):
+        if name not in (name_key(model_id), name_key(known.name)) or getattr(known, "arch", None) not in ("dense", "moe"):
             continue
         dims = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
         if any(model_data.get(k) != getattr(known, k) for k in dims):

@@ -23,8 +23,7 @@ from meshplan.parallel.memory import (
     stage_memory, state_bytes_per_param,
 )
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
-from meshplan.parallel.quantize import quantized_scale
-from meshplan.parallel.recompute import module_dropped, module_recompute, op_recompute, op_recompute_kept_bytes
+from meshplan.parallel.recompute import layer_recompute
 from meshplan.parallel.shard import ShardedOp, param_share, saved_bytes, shard_op, with_grad_accumulation
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
@@ -167,33 +166,7 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
         # (hierarchical: once per node and GPU, meshplan.parallel.dispatch)
         buffers = dispatch_buffers(x_bytes / (tp if sp else 1), model.moe, ep, spans, plan.ep_dispatch)
         ep_comms = tuple(Comm("ep", "all_to_all", size, 2, spans[name]) for name, size in buffers)
-    by_op = plan.recompute == "selective" and plan.selective_recompute == "op"
-    by_module = plan.recompute == "selective" and plan.selective_recompute == "modules"
-    if plan.recompute == "full":
-        recompute = tuple((op.op.name, 1.0) for op in ops)
-    elif by_op:
-        recompute = op_recompute(ops, model)
-    elif by_module:
-        recompute = module_recompute(ops, plan.recompute_modules)
-    elif plan.recompute == "selective" and not plan.flash_attention:
-        recompute = (("attention", 1.0),)
-    else:
-        recompute = ()
-    quantized = quantized_scale(plan.precision)
-
-    def kept_by(drop_scores: bool, dropped: frozenset[str] = frozenset()) -> float:
-        return sum(saved_bytes(tuple(s for s in op.saved if s.name not in dropped), tp, cp, sp, drop_scores,
-                               quantized if op.low_precision else 1.0) for op in block.ops)
-
-    full = kept_by(drop_scores=False)
-    if plan.recompute == "full":
-        kept = x_bytes / (tp if sp else 1)  # only the layer input (Korthikanti et al. 2022: 2sbh)
-    elif by_op:
-        kept = op_recompute_kept_bytes(ops, model, x_bytes / cp / (tp if sp else 1), act_bytes, tp if sp else 1)
-    elif by_module:
-        kept = kept_by(drop_scores=False, dropped=module_dropped(ops, plan.recompute_modules))
-    else:
-        kept = kept_by(drop_scores=plan.recompute == "selective")
+    recompute, kept, full = layer_recompute(plan, model, block, ops, x_bytes, act_bytes)
     return LayerKind(
         name=block.name,
         ops=ops,

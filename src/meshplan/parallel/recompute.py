@@ -1,15 +1,18 @@
-"""torchtitan's per-op selective activation checkpointing: which ops a decoder layer re-runs in
-backward, and the activations it keeps (Plan.selective_recompute = "op").
+"""Activation recompute: which ops a decoder layer re-runs in backward, and the activations it
+keeps, under each policy (Plan.recompute, Plan.selective_recompute; layer_recompute).
 
-torchtitan saves the outputs of matmuls, attention and reduce-scatters, except every second
-matmul of a transformer block, and recomputes every other op (parallelisms/parallelize_llama.py,
-_save_list and _apply_ac_to_transformer_block, commit 6b03ffa3, Dec 2024; today's
-torchtitan/distributed/activation_checkpoint.py SelectiveAC keeps the rule).
+torchtitan's per-op policy ("op") saves the outputs of matmuls, attention and reduce-scatters,
+except every second matmul of a transformer block, and recomputes every other op
+(parallelisms/parallelize_llama.py, _save_list and _apply_ac_to_transformer_block, commit
+6b03ffa3, Dec 2024; today's torchtitan/distributed/activation_checkpoint.py SelectiveAC keeps the
+rule). Megatron-Core's fine-grained policy ("modules") re-runs the modules it lists
+(RECOMPUTE_MODULES).
 """
 
 from __future__ import annotations
 
-from meshplan.parallel.shard import ShardedOp
+from meshplan.parallel.quantize import quantized_scale
+from meshplan.parallel.shard import ShardedOp, saved_bytes
 
 
 def _linears(op: ShardedOp, model) -> tuple[float, ...]:
@@ -107,3 +110,31 @@ def module_dropped(ops: tuple[ShardedOp, ...], modules: tuple[str, ...]) -> froz
     present = {op.op.name for op in ops}
     return frozenset(name for module in modules if present & set(RECOMPUTE_MODULES[module][0])
                      for name in RECOMPUTE_MODULES[module][1])
+
+
+def layer_recompute(plan, model, block, ops: tuple[ShardedOp, ...], x_bytes: float,
+                    act_bytes: float) -> tuple[tuple[tuple[str, float], ...], float, float]:
+    """(ops re-run in backward as (op, share of its forward), bytes one layer keeps per
+    micro-batch, bytes it would keep without recompute) of a layer ``block`` sharded to ``ops``
+    under ``plan``'s recompute policy: full keeps only the layer input (Korthikanti et al. 2022:
+    2sbh); selective re-runs the attention core (nothing under flash attention, which keeps no
+    scores), torchtitan's per-op policy or Megatron-Core's modules."""
+    tp, cp = plan.tp, plan.cp
+    sp = plan.sequence_parallel and tp > 1
+    quantized = quantized_scale(plan.precision)
+
+    def kept_by(drop_scores: bool, dropped: frozenset[str] = frozenset()) -> float:
+        return sum(saved_bytes(tuple(s for s in op.saved if s.name not in dropped), tp, cp, sp, drop_scores,
+                               quantized if op.low_precision else 1.0) for op in block.ops)
+
+    full = kept_by(drop_scores=False)
+    policy = plan.selective_recompute if plan.recompute == "selective" else plan.recompute
+    if policy == "full":
+        return tuple((op.op.name, 1.0) for op in ops), x_bytes / (tp if sp else 1), full
+    if policy == "op":
+        kept = op_recompute_kept_bytes(ops, model, x_bytes / cp / (tp if sp else 1), act_bytes, tp if sp else 1)
+        return op_recompute(ops, model), kept, full
+    if policy == "modules":
+        return module_recompute(ops, plan.recompute_modules), kept_by(False, module_dropped(ops, plan.recompute_modules)), full
+    selective = policy == "attention"
+    return ((("attention", 1.0),) if selective and not plan.flash_attention else ()), kept_by(drop_scores=selective), full
