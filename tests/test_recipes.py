@@ -28,7 +28,7 @@ QWEN = {
 
 #: the switches recipes.yaml may set: each is a key meshplan.io.case_inputs reads
 READ_KEYS = {"moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers",
-             "recompute_modules"}
+             "recompute_modules", "fp8_param_gather", "fp4_param_gather"}
 
 
 def changed(base: dict, **changes) -> dict:
@@ -117,7 +117,7 @@ def test_deepseek_v3_keeps_bf16_moments_unless_fully_sharded():
 def test_nvl72_mxfp8_moe_recipes_replay_the_iteration_as_cuda_graphs_from_26_06():
     qwen30 = changed(QWEN, model__name="Qwen3-30B-A3B", hardware__cluster="gb200-nvl72", precision="mxfp8",
                      source="Megatron-Bridge docs/performance-summary.md, NeMo container 26.06")
-    assert recipe_switches(qwen30)[0] == {"cuda_graphs": "full", "moe_a2a_overlap": True}
+    assert recipe_switches(qwen30)[0] == {"cuda_graphs": "full", "moe_a2a_overlap": True, "fp8_param_gather": True}
     for changes in ({"source": "Megatron-Bridge, NeMo container 26.04.01"}, {"hardware__cluster": "dgx-h100"},
                     {"precision": "bf16"}, {"model__name": "Llama 3 70B"}):
         assert "cuda_graphs" not in recipe_switches(changed(qwen30, **changes))[0]
@@ -130,15 +130,51 @@ def test_llama3_70b_fsdp_recipes_offload_activations_by_system_and_precision():
     assert recipe_switches(llama)[0] == {"cpu_offloading_num_layers": 40}
     assert recipe_switches(changed(llama, precision="bf16"))[0] == {"cpu_offloading_num_layers": 20}
     assert recipe_switches(changed(llama, hardware__cluster="gb300-nvl72", precision="bf16"))[0] == {"cpu_offloading_num_layers": 30}
-    assert recipe_switches(changed(llama, precision="mxfp8"))[0] == {}  # the MXFP8 recipes offload nothing
+    # the MXFP8 recipes offload nothing (and keep MXFP8 weights, as every MXFP8 recipe does)
+    assert recipe_switches(changed(llama, precision="mxfp8"))[0] == {"fp8_param_gather": True}
     assert recipe_switches(changed(llama, parallelism__zero_stage=1))[0] == {}
+
+
+def test_mxfp8_recipes_keep_mxfp8_weights_and_nvfp4_ones_nvfp4_weights_from_26_06():
+    """Every MXFP8 recipe stores and gathers its weights in MXFP8 (bf16_with_mxfp8_mixed:
+    fp8_param_gather); NVFP4 recipes do so in NVFP4 from container 26.06, DeepSeek-V3's not. The
+    run holds the quantized weights instead of 16-bit ones beside their quantized copies."""
+    llama = changed(QWEN, model__name="Llama 3.1 405B", model__arch="dense", model__moe=None, hardware__cluster="gb300-nvl72",
+                    precision="mxfp8", parallelism__ep=1, source="Megatron-Bridge performance summary, NeMo container 26.04.01")
+    assert recipe_switches(llama)[0] == {"fp8_param_gather": True}
+    assert case_inputs(llama, "l")["plan"]["fp8_params"] is True
+    assert "fp8_params" not in case_inputs(changed(llama, precision="fp8-cs"), "l")["plan"]
+    nvfp4 = changed(llama, precision="nvfp4")
+    assert recipe_switches(nvfp4)[0] == {}
+    assert case_inputs(changed(nvfp4, source="Megatron-Bridge, NeMo container 26.06"), "l")["plan"]["fp8_params"] is True
+    deepseek = changed(nvfp4, model__name="DeepSeek-V3", source="Megatron-Bridge, NeMo container 26.06")
+    assert case_inputs(deepseek, "d")["plan"]["fp8_params"] is False
+    # the case's own key wins, under meshplan's name or Megatron-Core's
+    assert case_inputs(changed(llama, parallelism__fp8_params=False), "l")["plan"]["fp8_params"] is False
+    assert case_inputs(changed(llama, parallelism__fp8_param_gather=False), "l")["plan"]["fp8_params"] is False
+
+
+def test_mxfp8_weights_free_the_16_bit_copy():
+    """The 16-bit weights the MXFP8 recipe does not keep: their MXFP8 copy is the weight, so the
+    prediction's memory drops by two bytes per GEMM weight of the device's share (a 405B model
+    over tp 4 x pp 8: 15 or 16 layers of 0.79e9, about 24 GB)."""
+    from meshplan.api import estimate
+    llama = changed(QWEN, model__name="Llama 3.1 405B", model__arch="dense", model__moe=None, hardware__cluster="gb300-nvl72",
+                    precision="mxfp8", parallelism__ep=1, parallelism__tp=4, parallelism__dp=8,
+                    source="Megatron-Bridge performance summary, NeMo container 26.04.01")
+    llama["model"] = {"name": "Llama 3.1 405B", "arch": "dense", "num_layers": 126, "hidden_size": 16384, "num_attention_heads": 128,
+                      "num_kv_heads": 8, "ffn_hidden_size": 53248, "ffn_type": "swiglu", "vocab_size": 128256}
+    kept = estimate(**case_inputs(llama, "l")).memory
+    plain = estimate(**case_inputs(changed(llama, parallelism__fp8_params=False), "l")).memory
+    dropped = plain.total_bytes - kept.total_bytes
+    assert 22e9 < dropped < 26e9
 
 
 def test_every_recipe_entry_names_its_source_and_sets_keys_the_case_reader_reads():
     entries = catalog.recipes("megatron-bridge")
     assert len(entries) >= 10
     for entry in entries:
-        assert entry["source"] and entry["model"] and entry["switches"]
+        assert entry["source"] and entry.get("model", "every model") and entry["switches"]
         assert set(entry["switches"]) <= READ_KEYS, entry
         assert set(entry) <= {"model", "clusters", "containers", "layout", "zero_stage", "precisions", "global_batch", "switches", "source"}
         assert set(entry.get("layout") or {}) <= {"tp", "pp", "vp", "ep"}

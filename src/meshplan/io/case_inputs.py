@@ -197,6 +197,9 @@ def case_inputs(case: dict, where: str) -> dict:
     dispatch = _option(par, "ep_dispatch", par.get("moe_token_dispatcher_type"))
     if dispatch is not None:  # and the dispatcher that carried them
         plan["ep_dispatch"] = _DISPATCHERS.get(_word(dispatch), _word(dispatch))
+    stored = _option(par, "fp8_params", par.get("fp8_param_gather", par.get("fp4_param_gather")))
+    if stored is not None:  # FP8/FP4 primary weights (Megatron-Core's fp8_param_gather, fp4_param_gather)
+        plan["fp8_params"] = stored
     state = _option(par, "optimizer_state", None)
     moments = _word(par.get("exp_avg_dtype"))
     if state is None and moments is not None:  # Megatron-Core's precision-aware optimizer: its moments' dtype

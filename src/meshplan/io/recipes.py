@@ -29,7 +29,7 @@ def _matches(entry: dict, case: dict, container: str) -> bool:
     par = case.get("parallelism") if isinstance(case.get("parallelism"), dict) else {}
     batch = case.get("batch") if isinstance(case.get("batch"), dict) else {}
     checks = (
-        name_key(entry["model"]) == name_key(model.get("name", "")),
+        "model" not in entry or name_key(entry["model"]) == name_key(model.get("name", "")),
         "clusters" not in entry or name_key(hardware.get("cluster", "")) in {name_key(c) for c in entry["clusters"]},
         "containers" not in entry or container in entry["containers"],
         all(par.get(_LAYOUT[name], 1) == value for name, value in (entry.get("layout") or {}).items()),
