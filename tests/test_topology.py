@@ -140,7 +140,10 @@ def test_nvlink_domains_keep_a_group_inside_one_switch_level(domain):
     span = group_span(cluster, domain, 1)
     assert span.levels == (0,)
     nvls_latency = 25e-6  # tuning.cc hwLatencies, NVLS over NVLink
-    assert collective_s("all_reduce", BIG, span) == pytest.approx(BIG / (900e9 * 0.53) + nvls_latency, rel=1e-6)
+    # NCCL's chunks cost a little more than their bytes where more heads make them smaller
+    # (network.algorithms.nvls_s): 10 GB on 8 GPUs runs 128 KiB chunks, on 32 heads or more 64 KiB
+    expected = BIG / (900e9 * 0.53) + nvls_latency
+    assert expected <= collective_s("all_reduce", BIG, span) < expected * (1.01 if domain == 8 else 1.2)
     across = group_span(cluster, 2 * domain, 1)
     assert collective_s("all_reduce", BIG, across) > 2 * collective_s("all_reduce", BIG, span)
 

@@ -28,8 +28,9 @@ Sources, per algorithm:
   networks"): ring volume at full injection bandwidth, sum(d_i - 1) steps.
 - nvls: NVLink SHARP on NVSwitch (NVIDIA H100 whitepaper 2022; NCCL 2.17 release notes): each
   GPU pushes its buffer into the switch once and reads the reduced result once: buffer /
-  (reduction_efficiency x link), not 2(n-1)/n x buffer / link. nvls_tree adds NCCL's tree across
-  nodes (tuning.cc NVLS_TREE).
+  (reduction_efficiency x link), not 2(n-1)/n x buffer / link, in chunks that NCCL shrinks for
+  smaller buffers and that flow through a pipeline (``nvls_s``). nvls_tree adds NCCL's tree
+  across nodes (tuning.cc NVLS_TREE).
 - collnet: SHARP in the InfiniBand switches (Graham et al. 2016, "Scalable Hierarchical
   Aggregation Protocol (SHArP)", COMHPC; NCCL CollNet Direct): inside the node as hierarchical,
   across it each link sends its share up once and receives the result once.
@@ -181,16 +182,57 @@ def halving_doubling_s(kind: str, bytes_: float, span: GroupSpan, protocol: str)
     return total
 
 
+#: NCCL_NVLS_CHUNKSIZE's default (transport/nvls.cc, NCCL 2.18 to 2.29)
+NVLS_CHUNK_BYTES = 128 * 1024
+
+#: what each NVLS chunk costs beyond its bytes, in bytes at the chunk's share of the bandwidth
+#: (the flags a chunk waits on and posts between the kernel's stages), and the loops a buffer
+#: takes beyond its own to fill and drain the pipeline (the kernel's scatter, reduce-multicast
+#: and gather warps run a loop each at once: at most 2). Fitted together, least squares on the
+#: bus bandwidth, on the 12 sizes 4 MiB - 8 GiB of one 8x H100 node's NVLS all-reduce (Together
+#: AI, NCCL 2.26.2; tests/data/nccl_tests_busbw.csv, h100-together-nvls) by
+#: benchmarks/nccl_curves.py --fit-nvls: 9 KB and 1.25 loops
+NVLS_CHUNK_OVERHEAD_BYTES = 9000.0
+NVLS_FILL_LOOPS = 1.25
+
+#: NVLS heads at most (NCCL_MAX_NVLS_ARITY, src/include/device.h: 32 from NCCL 2.21, 8 before;
+#: graph/search.cc gives NVLS as many heads as GPUs up to it)
+NVLS_MAX_HEADS = 32
+
+
+def nvls_chunk_bytes(bytes_: float, concurrent: int) -> int:
+    """The chunk NCCL's NVLS all-reduce runs ``bytes_`` in, over ``concurrent`` = channels x
+    heads chunks at once: 128 KiB, halved to 64, 32, 16 KiB for buffers under 64, 8, 2 loops of
+    the chunk size it has so far (enqueue.cc, NCCL_ALGO_NVLS, the same from 2.18.3 to 2.29.2)."""
+    chunk = NVLS_CHUNK_BYTES
+    for loops, smaller in ((64, 65536), (8, 32768), (2, 16384)):
+        if bytes_ < loops * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
 def nvls_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
-    """NVLink SHARP all-reduce inside one NVSwitch domain: buffer / (reduction_efficiency x link)
-    plus NCCL's NVLS latency (tuning.cc: 25 us over NVLink)."""
+    """NVLink SHARP all-reduce inside one NVSwitch domain, as NCCL's NVLS kernel runs it
+    (device/all_reduce.h, NCCL_ALGO_NVLS, one node): each of ``nvls_channels`` thread blocks
+    loops over its part of the buffer, a chunk per head (every GPU of the group heads one part,
+    up to NVLS_MAX_HEADS),
+    each loop scattered into the switch's buffers, reduced and multicast by the switch, and
+    gathered out. A loop of ``concurrent`` chunks takes their bytes plus a fixed cost per chunk
+    (NVLS_CHUNK_OVERHEAD_BYTES) at reduction_efficiency x link, the rate reached at the largest
+    chunk; the buffer takes its loops plus NVLS_FILL_LOOPS, after NCCL's NVLS latency
+    (tuning.cc: 25 us over NVLink). Small buffers run small chunks, so an 8 MiB all-reduce on 8
+    H100s reaches about a third of a 1 GiB one's bandwidth, as nccl-tests measures."""
     if kind != "all_reduce" or protocol != "Simple" or len(span.hops) != 1:
         return None
     hop = span.hops[0]
     if not hop.fabric.in_network_reduction or hop.fabric.link != "nvlink" or hop.inside != 1:
         return None
     bandwidth = hop.line_bytes_per_s * hop.fabric.reduction_efficiency
-    return step_latency_s("nvlink", "nvls", protocol, hop.latency_s) + bytes_ / bandwidth
+    concurrent = hop.fabric.nvls_channels * min(hop.members, NVLS_MAX_HEADS)
+    chunk = nvls_chunk_bytes(bytes_, concurrent)
+    loops = math.ceil(bytes_ / (concurrent * chunk))
+    per_loop = concurrent * (chunk + NVLS_CHUNK_OVERHEAD_BYTES) / bandwidth * NVLS_CHUNK_BYTES / (NVLS_CHUNK_BYTES + NVLS_CHUNK_OVERHEAD_BYTES)
+    return step_latency_s("nvlink", "nvls", protocol, hop.latency_s) + (loops + NVLS_FILL_LOOPS) * per_loop
 
 
 def nvls_tree_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
@@ -242,7 +284,8 @@ def direct_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float 
 
     Bandwidth: the slowest level's bound (injection, taper, bisection), at the protocol's share
     of the link. Protocol: NCCL sends a peer's chunk with LL up to NCCL_P2P_LL_THRESHOLD (16 KiB)
-    and with Simple above (NCCL environment-variable docs). Latency: one call (tuning.cc base), and
+    and with Simple above (NCCL environment-variable docs); a torus of chip links has no NCCL
+    protocols and sends at the link's bandwidth. Latency: one call (tuning.cc base), and
     the sends issued peer after peer, one step latency each
     over the link that reaches the peer; issuing overlaps the transfer of earlier peers, so the
     time is the larger of the two (MAD Max Sec. 4.3: all-to-all is bound by its slowest level).
@@ -250,13 +293,13 @@ def direct_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float 
     if kind != "all_to_all":
         return None
     n = span.size
-    per_peer = bytes_ / n
-    if protocol != ("LL" if per_peer <= P2P_LL_THRESHOLD_BYTES else "Simple"):
+    nccl = _nccl(span)
+    if protocol != ("LL" if nccl and bytes_ / n <= P2P_LL_THRESHOLD_BYTES else "Simple"):
         return None
     share = ring_bandwidth(1.0, protocol, None)
     transfer = max(all_to_all_bound_s(h.fabric, bytes_, h.bytes_per_s * share, h.parallel_links, h.members,
                                       h.inside, n, h.gap) for h in span.hops)
-    if not _nccl(span):  # torus ICI: one step per peer as before (no NCCL protocol)
+    if not nccl:  # torus ICI: one step per peer as before (no NCCL protocol)
         return transfer + (n - 1) * max(h.latency_s for h in span.hops)
     issue = 0.0
     inner = 1

@@ -50,6 +50,7 @@ class Fabric:
     in_network_reduction: bool = False
     reduction_efficiency: float = 1.0
     ll_bytes_per_s: float | None = None
+    nvls_channels: int = 16
 
 
 def fabric(level: NetworkLevel, index: int) -> Fabric:
@@ -57,7 +58,7 @@ def fabric(level: NetworkLevel, index: int) -> Fabric:
     link = level.link or ("nvlink" if index == 0 and level.size is not None else "network")
     return Fabric(level.topology, link, level.oversubscription, level.leaf_domains, level.torus_dims,
                   level.group_domains, level.global_taper, level.in_network_reduction,
-                  level.reduction_efficiency, level.ll_bytes_per_s)
+                  level.reduction_efficiency, level.ll_bytes_per_s, level.nvls_channels)
 
 
 def torus_group_dims(dims: tuple[int, ...], members: int) -> tuple[int, ...]:

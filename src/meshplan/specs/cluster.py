@@ -55,8 +55,11 @@ class NetworkLevel(Spec):
     global_taper: Fraction = 1.0
     # the switches reduce in the network: NVLink SHARP (NVLS) on NVSwitch, SHARP on InfiniBand
     in_network_reduction: bool = False
-    # achieved in-network all-reduce algorithm bandwidth over ``bytes_per_s``
+    # achieved in-network all-reduce algorithm bandwidth over ``bytes_per_s``, at NCCL's largest
+    # NVLS chunks (a large buffer's)
     reduction_efficiency: Fraction = 1.0
+    # the thread blocks NCCL runs NVLS on (transport/nvls.cc NVLS_NCHANNELS_SM90 16, _SM100 32)
+    nvls_channels: Count = 16
     # NCCL's LL protocol bandwidth ceiling (tuning.cc llMaxBws); None: half the link, no ceiling
     ll_bytes_per_s: BytesPerS | None = None
 

@@ -1,0 +1,93 @@
+"""The model's bus bandwidth against every published nccl-tests curve in
+tests/data/nccl_tests_busbw.csv: per system, collective and node count, the median and largest
+error over the sizes, and the sizes within 15%.
+
+    python benchmarks/nccl_curves.py              # the table
+    python benchmarks/nccl_curves.py --fit-nvls   # refit NVLS_CHUNK_OVERHEAD_BYTES and
+                                                  # NVLS_FILL_LOOPS (meshplan.network.algorithms)
+
+The fit is least squares on the relative bus-bandwidth error of one 8x H100 node's NVLS
+all-reduce (h100-together-nvls) from 4 MiB up, where its one thread driving all 8 GPUs no longer
+sets the time; the other curves are not used and test it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from test_collective_algorithms import curve_points, measured_busbw, model_busbw  # noqa: E402
+
+from meshplan.network import algorithms, tuner  # noqa: E402
+
+FIT_SYSTEM, FIT_SMALLEST = "h100-together-nvls", 4 << 20
+
+
+def errors(rows) -> list[float]:
+    return [model_busbw(r) / measured_busbw(r) - 1.0 for r in rows]
+
+
+def table() -> None:
+    curves = defaultdict(list)
+    for row in curve_points():
+        curves[(row["system"], row["collective"], int(row["nodes"]) * int(row["gpus_per_node"]))].append(row)
+    print(f"{'system':34s} {'collective':15s} {'gpus':>4s} {'sizes':>14s} {'median':>7s} {'max':>7s} {'<=15%':>6s}")
+    for (system, kind, gpus), rows in curves.items():
+        e = np.abs(errors(rows))
+        sizes = [float(r["size_bytes"]) for r in rows]
+        span = f"{_size(min(sizes))}-{_size(max(sizes))}"
+        print(f"{system:34s} {kind:15s} {gpus:4d} {span:>14s} {np.median(e):7.1%} {e.max():7.1%} {np.mean(e <= 0.15):6.0%}")
+
+
+def _size(b: float) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if b >= scale:
+            return f"{b / scale:.0f}{unit}"
+    return f"{b:.0f}"
+
+
+def fit_nvls() -> None:
+    rows = [r for r in curve_points() if r["system"] == FIT_SYSTEM and r["collective"] == "all_reduce"
+            and float(r["size_bytes"]) >= FIT_SMALLEST]
+    best = None
+    for overhead in np.arange(0.0, 30001.0, 500.0):
+        for fill in np.arange(0.0, 3.01, 0.25):
+            algorithms.NVLS_CHUNK_OVERHEAD_BYTES, algorithms.NVLS_FILL_LOOPS = float(overhead), float(fill)
+            tuner.choose.cache_clear()
+            score = float(np.sum(np.square(errors(rows))))
+            if best is None or score < best[0]:
+                best = (score, overhead, fill)
+    _, overhead, fill = best
+    algorithms.NVLS_CHUNK_OVERHEAD_BYTES, algorithms.NVLS_FILL_LOOPS = float(overhead), float(fill)
+    tuner.choose.cache_clear()
+    print(f"fitted on {FIT_SYSTEM} all_reduce >= {_size(FIT_SMALLEST)} ({len(rows)} sizes): "
+          f"NVLS_CHUNK_OVERHEAD_BYTES {overhead:.0f}, NVLS_FILL_LOOPS {fill:.2f}, "
+          f"max error {np.max(np.abs(errors(rows))):.1%}")
+    for system in ("nd-h100-v5", "h100-xxrjun-1n"):
+        held = [r for r in curve_points() if r["system"] == system and r["collective"] == "all_reduce"
+                and float(r["size_bytes"]) >= 2 << 20]
+        e = np.abs(errors(held))
+        print(f"  held out: {system} all_reduce >= 2M ({len(held)} sizes): median {np.median(e):.1%}, max {e.max():.1%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit-nvls", action="store_true", help="refit the NVLS chunk cost and pipeline fill")
+    args = parser.parse_args()
+    if args.fit_nvls:
+        fit_nvls()
+    else:
+        table()
+
+
+if __name__ == "__main__":
+    csv.field_size_limit(1 << 20)
+    main()
