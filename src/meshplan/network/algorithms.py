@@ -215,12 +215,11 @@ def nvls_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | 
     """NVLink SHARP all-reduce inside one NVSwitch domain, as NCCL's NVLS kernel runs it
     (device/all_reduce.h, NCCL_ALGO_NVLS, one node): each of ``nvls_channels`` thread blocks
     loops over its part of the buffer, a chunk per head (every GPU of the group heads one part,
-    up to NVLS_MAX_HEADS),
-    each loop scattered into the switch's buffers, reduced and multicast by the switch, and
-    gathered out. A loop of ``concurrent`` chunks takes their bytes plus a fixed cost per chunk
-    (NVLS_CHUNK_OVERHEAD_BYTES) at reduction_efficiency x link, the rate reached at the largest
-    chunk; the buffer takes its loops plus NVLS_FILL_LOOPS, after NCCL's NVLS latency
-    (tuning.cc: 25 us over NVLink). Small buffers run small chunks, so an 8 MiB all-reduce on 8
+    up to NVLS_MAX_HEADS), each loop scattered into the switch's buffers, reduced and multicast
+    by the switch, and gathered out. A loop of ``concurrent`` chunks takes their bytes plus a
+    fixed cost per chunk (NVLS_CHUNK_OVERHEAD_BYTES), at the rate that makes the largest chunks
+    run at reduction_efficiency x link; the buffer takes its loops plus NVLS_FILL_LOOPS, after
+    NCCL's NVLS latency (tuning.cc: 25 us over NVLink). Small buffers run small chunks, so an 8 MiB all-reduce on 8
     H100s reaches about a third of a 1 GiB one's bandwidth, as nccl-tests measures."""
     if kind != "all_reduce" or protocol != "Simple" or len(span.hops) != 1:
         return None
@@ -231,7 +230,8 @@ def nvls_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | 
     concurrent = hop.fabric.nvls_channels * min(hop.members, NVLS_MAX_HEADS)
     chunk = nvls_chunk_bytes(bytes_, concurrent)
     loops = math.ceil(bytes_ / (concurrent * chunk))
-    per_loop = concurrent * (chunk + NVLS_CHUNK_OVERHEAD_BYTES) / bandwidth * NVLS_CHUNK_BYTES / (NVLS_CHUNK_BYTES + NVLS_CHUNK_OVERHEAD_BYTES)
+    rate = bandwidth * (1.0 + NVLS_CHUNK_OVERHEAD_BYTES / NVLS_CHUNK_BYTES)  # of chunks without their cost
+    per_loop = concurrent * (chunk + NVLS_CHUNK_OVERHEAD_BYTES) / rate
     return step_latency_s("nvlink", "nvls", protocol, hop.latency_s) + (loops + NVLS_FILL_LOOPS) * per_loop
 
 
