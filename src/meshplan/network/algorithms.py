@@ -200,15 +200,32 @@ NVLS_FILL_LOOPS = 1.25
 NVLS_MAX_HEADS = 32
 
 
-def nvls_chunk_bytes(bytes_: float, concurrent: int) -> int:
+#: (loops, chunk): NCCL cuts the NVLS chunk to ``chunk`` for a buffer under ``loops`` loops of
+#: the chunk it has so far (enqueue.cc: NCCL_ALGO_NVLS the same from 2.18.3 to 2.29.2;
+#: NCCL_ALGO_NVLS_TREE as from 2.26, starting at NVLS_CHUNK_BYTES)
+NVLS_CHUNK_CUTS = ((64, 65536), (8, 32768), (2, 16384))
+NVLS_TREE_CHUNK_CUTS = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+
+
+def nvls_chunk_bytes(bytes_: float, concurrent: int, cuts=NVLS_CHUNK_CUTS) -> int:
     """The chunk NCCL's NVLS all-reduce runs ``bytes_`` in, over ``concurrent`` = channels x
-    heads chunks at once: 128 KiB, halved to 64, 32, 16 KiB for buffers under 64, 8, 2 loops of
-    the chunk size it has so far (enqueue.cc, NCCL_ALGO_NVLS, the same from 2.18.3 to 2.29.2)."""
+    heads chunks at once: 128 KiB, cut to smaller ones for smaller buffers (``cuts``)."""
     chunk = NVLS_CHUNK_BYTES
-    for loops, smaller in ((64, 65536), (8, 32768), (2, 16384)):
+    for loops, smaller in cuts:
         if bytes_ < loops * concurrent * chunk and chunk > smaller:
             chunk = smaller
     return chunk
+
+
+def _nvls_chunks_s(bytes_: float, hop: LevelHop, bandwidth: float, cuts, fill: float) -> float:
+    """``bytes_`` through NCCL's NVLS pipeline on ``hop``'s switch (nvls_s): loops of channels x
+    heads chunks, each chunk its bytes plus NVLS_CHUNK_OVERHEAD_BYTES at the rate that makes the
+    largest chunks run at ``bandwidth``, and ``fill`` loops more."""
+    concurrent = hop.fabric.nvls_channels * min(hop.members, NVLS_MAX_HEADS)
+    chunk = nvls_chunk_bytes(bytes_, concurrent, cuts)
+    loops = math.ceil(bytes_ / (concurrent * chunk))
+    rate = bandwidth * (1.0 + NVLS_CHUNK_OVERHEAD_BYTES / NVLS_CHUNK_BYTES)  # of chunks without their cost
+    return (loops + fill) * concurrent * (chunk + NVLS_CHUNK_OVERHEAD_BYTES) / rate
 
 
 def nvls_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
@@ -227,18 +244,16 @@ def nvls_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | 
     if not hop.fabric.in_network_reduction or hop.fabric.link != "nvlink" or hop.inside != 1:
         return None
     bandwidth = hop.line_bytes_per_s * hop.fabric.reduction_efficiency
-    concurrent = hop.fabric.nvls_channels * min(hop.members, NVLS_MAX_HEADS)
-    chunk = nvls_chunk_bytes(bytes_, concurrent)
-    loops = math.ceil(bytes_ / (concurrent * chunk))
-    rate = bandwidth * (1.0 + NVLS_CHUNK_OVERHEAD_BYTES / NVLS_CHUNK_BYTES)  # of chunks without their cost
-    per_loop = concurrent * (chunk + NVLS_CHUNK_OVERHEAD_BYTES) / rate
-    return step_latency_s("nvlink", "nvls", protocol, hop.latency_s) + (loops + NVLS_FILL_LOOPS) * per_loop
+    return (step_latency_s("nvlink", "nvls", protocol, hop.latency_s)
+            + _nvls_chunks_s(bytes_, hop, bandwidth, NVLS_CHUNK_CUTS, NVLS_FILL_LOOPS))
 
 
 def nvls_tree_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
     """NVLS inside each NVSwitch domain and a tree between them (tuning.cc NVLS_TREE): the slower
     of the in-switch reduction and the node's links across (x2 on two nodes, where the tree is one
-    exchange); latency NVLS + 2 log2(nodes) network steps."""
+    exchange); latency NVLS + 2 log2(nodes) network steps. The buffer goes in NVLS chunks as
+    nvls_s's (NVLS_TREE_CHUNK_CUTS), and each level of the tree, up and down, is one more loop
+    of the pipeline to fill."""
     if kind != "all_reduce" or protocol != "Simple" or len(span.hops) < 2:
         return None
     inner, outer = span.hops[0], span.hops[1:]
@@ -251,7 +266,9 @@ def nvls_tree_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> flo
     latency = step_latency_s("nvlink", "nvls", protocol, inner.latency_s)
     latency += sum(2.0 * math.ceil(math.log2(h.members)) * step_latency_s("network", "nvls_tree", protocol, h.latency_s)
                    for h in outer)
-    return latency + bytes_ / min(in_switch, across)
+    tree_levels = sum(2 * math.ceil(math.log2(h.members)) for h in outer)
+    return latency + _nvls_chunks_s(bytes_, inner, min(in_switch, across), NVLS_TREE_CHUNK_CUTS,
+                                    NVLS_FILL_LOOPS + tree_levels)
 
 
 def collnet_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
