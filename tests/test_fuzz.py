@@ -499,7 +499,8 @@ def test_read_only_store(monkeypatch, capsys, tmp_path):
 
 WORDS = ["estimate", "search", "validate", "catalog", "list", "show", "results", "query", "devices", "clusters", "models",
          "h100-sxm5-80gb", "dgx-h100", "llama3-8b", "dlrm-a", "--json", "--model", "--cluster", "--devices", "--tp", "8",
-         "--set", "plan.tp=2", "--config", "--help", "--store", "--top", "0", "-1", "--", "-", "nan", "/dev/null", "/"]
+         "--set", "plan.tp=2", "--config", "--help", "--store", "--top", "0", "-1", "--", "-", "nan", "/dev/null", "/",
+         "collective", "all_reduce", "all_to_all", "--sizes", "1K:8G", "--nccl-tests", "--algorithm", "nvls"]
 
 
 @fuzz(300)

@@ -350,3 +350,46 @@ def _nothing_fits(result: SearchResult, num_devices: int, capacity: float) -> Me
         hint=f"try about {int(factor) * num_devices} devices, zero_stage 3 and recompute full in the space, "
         "or a smaller micro-batch",
     )
+
+
+def collective(kind: str, cluster: str | Cluster | dict, devices: int, sizes, stride: int = 1, algorithm: str = "auto",
+               protocol: str = "auto", measured=None, profile: str | Path | Profile | dict | None = None):
+    """The model's curve of one collective over ``devices`` of ``cluster`` (``stride`` ranks
+    apart, as a plan's groups sit): a CollectivePoint per size in bytes (nccl-tests' buffer
+    sizes), each with the algorithm x protocol NCCL's tuner runs, or the forced pair (NCCL_ALGO,
+    NCCL_PROTO spellings), and ``measured`` seconds beside it where given."""
+    from meshplan.costs.collectives import CURVE_KINDS, collective_curve, group_span
+    from meshplan.network.tuner import usable_algorithms
+    from meshplan.specs.plan import COLLECTIVE_ALGORITHMS, COLLECTIVE_PROTOCOLS, forced_algorithms_text
+
+    if kind not in CURVE_KINDS:
+        raise MeshplanError("kind", kind, f"one of {', '.join(CURVE_KINDS)}")
+    resolved = resolve_cluster(cluster, profile)
+    devices = device_count(devices)
+    if devices < 2:
+        raise MeshplanError("devices", devices, "at least 2: a collective joins several devices")
+    resolved.check_devices(devices)
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1:
+        raise MeshplanError("stride", stride, "a positive integer: ranks between consecutive members")
+    sizes = [float(s) for s in sizes]
+    if not sizes or any(not s > 0 for s in sizes):
+        raise MeshplanError("sizes", sizes, "one or more sizes in bytes, each above 0")
+    valid = f"auto or one of {', '.join(COLLECTIVE_ALGORITHMS)} (NCCL_ALGO's spellings too)"
+    try:
+        name = forced_algorithms_text(algorithm) if isinstance(algorithm, str) and ":" not in algorithm else None
+    except MeshplanError:
+        name = None
+    if name is None:
+        raise MeshplanError("algorithm", algorithm, valid)
+    protocol_name = {p.lower(): p for p in COLLECTIVE_PROTOCOLS}.get(str(protocol).lower())
+    if protocol_name is None:
+        raise MeshplanError("protocol", protocol, f"one of {', '.join(COLLECTIVE_PROTOCOLS)}")
+    protocol = protocol_name
+    span = group_span(resolved, devices, stride)
+    if (name, protocol) != ("auto", "auto"):  # as NCCL fails a call that NCCL_ALGO / NCCL_PROTO leave nothing
+        usable = usable_algorithms(kind, 1 << 20, span, protocol)
+        if not usable or name not in ("auto", *usable):
+            field, value = ("algorithm", algorithm) if name != "auto" else ("protocol", protocol)
+            raise MeshplanError(field, value, f"what runs {kind} over {devices} devices of {resolved.id} with protocol "
+                                              f"{protocol}: {', '.join(usable) or 'nothing'}")
+    return collective_curve(kind, span, sizes, name, protocol, measured)

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 
+from meshplan.cli_collective import collective as _collective
 from meshplan.cli_query import HELP as _HELP
 from meshplan.cli_query import catalog_app, results_app
 from meshplan.cli_query import console as _console
@@ -38,6 +39,7 @@ def _root(
 
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(results_app, name="results")
+app.command("collective")(_collective)
 
 _PLAN_FLAGS = {
     "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "global_batch": "global_batch_size",

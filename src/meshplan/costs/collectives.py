@@ -24,8 +24,8 @@ Algorithm = Literal["auto", "ring", "tree", "hierarchical", "halving_doubling", 
                     "collnet", "direct"]
 Protocol = Literal["auto", "LL", "LL128", "Simple"]
 
-__all__ = ["AUTO", "Algorithm", "CollectiveKind", "GroupSpan", "LevelHop", "NcclChoice", "Protocol",
-           "bytes_sent_per_device", "collective_s", "group_span", "plan_collective_s"]
+__all__ = ["AUTO", "CURVE_KINDS", "Algorithm", "CollectiveKind", "CollectivePoint", "GroupSpan", "LevelHop", "NcclChoice",
+           "Protocol", "bytes_sent_per_device", "collective_curve", "collective_s", "group_span", "plan_collective_s"]
 
 #: kinds a forced protocol applies to (all-to-all sends pick theirs by NCCL_P2P_LL_THRESHOLD)
 PROTOCOL_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -105,3 +105,54 @@ def _check_forced(kind: str, span: GroupSpan, algorithm: str, protocol: str, axi
                             f"{', '.join(p for p in ('LL', 'LL128', 'Simple') if algorithm in usable_algorithms(kind, 1 << 20, span, p))}")
     raise MeshplanError("plan.collective_algorithm", algorithm,
                         f"cannot run {what}; valid there: auto, {', '.join(usable) or 'none'}")
+
+
+#: the kinds a bus bandwidth curve is drawn for (nccl-tests' all_reduce, all_gather,
+#: reduce_scatter and alltoall tests)
+CURVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+@dataclass(frozen=True)
+class CollectivePoint:
+    """One size of a collective's curve: the model's time and the algorithm x protocol it ran,
+    beside a measured time where one was given. Bandwidths as nccl-tests prints them
+    (doc/PERFORMANCE.md): algbw = size / time, busbw = algbw x bus_factor."""
+
+    kind: str
+    ranks: int
+    size_bytes: float
+    time_s: float
+    algorithm: str
+    protocol: str
+    measured_time_s: float | None = None
+
+    def busbw(self, time_s: float) -> float:
+        return bytes_sent_per_device(self.kind, self.size_bytes, self.ranks) / time_s  # type: ignore[arg-type]
+
+    @property
+    def error(self) -> float | None:
+        """Model over measured bus bandwidth, less one (positive: the model is faster)."""
+        return None if self.measured_time_s is None else self.measured_time_s / self.time_s - 1.0
+
+    def as_dict(self) -> dict:
+        out = {"kind": self.kind, "ranks": self.ranks, "size_bytes": self.size_bytes, "time_s": self.time_s,
+               "algbw_bytes_per_s": self.size_bytes / self.time_s, "busbw_bytes_per_s": self.busbw(self.time_s),
+               "algorithm": self.algorithm, "protocol": self.protocol}
+        if self.measured_time_s is not None:
+            out.update(measured_time_s=self.measured_time_s, measured_busbw_bytes_per_s=self.busbw(self.measured_time_s),
+                       error=self.error)
+        return out
+
+
+def collective_curve(kind: str, span: GroupSpan, sizes, algorithm: str = "auto", protocol: str = "auto",
+                     measured=None) -> list[CollectivePoint]:
+    """The model's time of ``kind`` at each of ``sizes`` over ``span``, with the algorithm and
+    protocol NCCL's tuner (or the forced pair) runs; ``measured`` seconds beside them."""
+    from meshplan.network.tuner import choose
+
+    times = measured if measured is not None else [None] * len(sizes)
+    points = []
+    for size, seconds_measured in zip(sizes, times):
+        name, chosen, seconds = choose(kind, float(size), span, algorithm, protocol)
+        points.append(CollectivePoint(kind, span.size, float(size), seconds, name, chosen, seconds_measured))
+    return points

@@ -1,0 +1,102 @@
+"""Read the tables nccl-tests prints (NVIDIA/nccl-tests: all_reduce_perf, all_gather_perf,
+reduce_scatter_perf, alltoall_perf, sendrecv_perf), so ``meshplan collective`` can set the
+model beside a user's own measurements.
+
+A log holds one or more tests, each opened by ``# Collective test starting: <name>_perf``
+(nccl-tests 2.13 and later), listing its ranks (``#  Rank  0 Group  0 Pid ... on <host> device
+0 ...``) and a row per size: size (B), count, type, redop, root, then time (us), algbw, busbw
+and #wrong out of place, and the same in place. Sizes are what nccl-tests and meshplan both
+call the buffer (doc/PERFORMANCE.md): an all-gather's gathered output, a reduce-scatter's input,
+an all-to-all's send buffer. A bare table (no header) is one test of the collective the caller
+names.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from meshplan.errors import MeshplanError
+
+#: nccl-tests binaries -> meshplan's collective kinds
+TESTS = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "reduce_scatter_perf": "reduce_scatter",
+         "alltoall_perf": "all_to_all", "sendrecv_perf": "send_recv"}
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
+_RANK = re.compile(r"^#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device")
+_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+\S+\s+-?\d+\s+([\d.]+)\s+\S+\s+\S+\s+\S+\s+([\d.]+)")
+
+
+@dataclass
+class NcclTest:
+    """One test of a log: its collective (meshplan's kind; None where the log does not say), the
+    ranks and hosts it listed, and (size bytes, out-of-place seconds, in-place seconds) rows."""
+
+    collective: str | None
+    ranks: int = 0
+    hosts: set[str] = field(default_factory=set)
+    rows: list[tuple[float, float, float]] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> int:
+        return max(1, len(self.hosts))
+
+
+def read_nccl_tests(path: str | Path) -> list[NcclTest]:
+    """The tests of an nccl-tests log, in the order it ran them; one error line if it has no table."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as err:
+        raise MeshplanError("--nccl-tests", str(path), f"a readable nccl-tests output file ({err.strerror})") from None
+    tests: list[NcclTest] = []
+    current: NcclTest | None = None
+    for line in text.splitlines():
+        started = _START.match(line)
+        if started:
+            name = started.group(1)
+            current = NcclTest(TESTS.get(name, name))
+            tests.append(current)
+            continue
+        if current is None:  # a bare table, or a header nccl-tests older than 2.13 prints
+            current = NcclTest(None)
+            tests.append(current)
+        rank = _RANK.match(line)
+        if rank:
+            current.ranks += 1
+            current.hosts.add(rank.group(1))
+            continue
+        row = _ROW.match(line)
+        if row:
+            current.rows.append((float(row.group(1)), float(row.group(3)) * 1e-6, float(row.group(4)) * 1e-6))
+    tests = [t for t in tests if t.rows]
+    if not tests:
+        raise MeshplanError("--nccl-tests", str(path),
+                            "nccl-tests output: rows of size, count, type, redop, root, time, algbw, busbw, #wrong")
+    return tests
+
+
+def size_sweep(text: str) -> list[float]:
+    """Sizes in bytes as nccl-tests' -b/-e/-f take them: ``MIN:MAX`` doubling from MIN to MAX,
+    or a comma list; K, M, G and T are powers of 1024 (nccl-tests' -b 8 -e 8G)."""
+
+    def one(item: str) -> float:
+        match = _SIZE.match(item)
+        if not match:
+            raise MeshplanError("--sizes", text, "sizes such as 1K:8G (doubling from 1 KiB to 8 GiB) or 1M,64M,1G")
+        return float(match.group(1)) * 1024.0 ** "_KMGT".index(match.group(2).upper() or "_")
+
+    if ":" in text:
+        low, _, high = text.partition(":")
+        first, last = one(low), one(high)
+        if not 0 < first <= last:
+            raise MeshplanError("--sizes", text, "MIN:MAX with 0 < MIN <= MAX")
+        sizes = [first]
+        while sizes[-1] * 2 <= last:
+            sizes.append(sizes[-1] * 2)
+        return sizes
+    sizes = [one(item) for item in text.split(",") if item.strip()]
+    if not sizes or any(s <= 0 for s in sizes):
+        raise MeshplanError("--sizes", text, "sizes above 0 bytes, such as 1M,64M,1G")
+    return sizes
