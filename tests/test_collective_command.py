@@ -102,3 +102,12 @@ def test_bad_input_is_one_error_line(monkeypatch, capsys, args, field):
     code, out, err = run_cli(monkeypatch, capsys, "collective", "--cluster", "dgx-h100", *args)
     assert code == 2 and out == ""
     assert err.startswith(f"error: {field}") and err.count("\n") == 1, err
+
+
+def test_tests_it_does_not_draw_are_left_out_with_a_note(tmp_path, monkeypatch, capsys):
+    log = tmp_path / "mixed.log"
+    log.write_text("# Collective test starting: sendrecv_perf\n" + ROW.format(size=1 << 20, count=1 << 18, t=10.0, t2=10.0)
+                   + "\n" + LOG.read_text())
+    code, out, err = run_cli(monkeypatch, capsys, "collective", "--cluster", "dgx-h100", "--nccl-tests", str(log), "--json")
+    assert code == 0 and len(json.loads(out)) == 20
+    assert "note: send_recv left out" in err

@@ -40,13 +40,18 @@ def collective(
 
         curves.append(api.collective(kind, resolved, devices, size_sweep(sizes), 1 if stride is None else stride, algorithm, protocol))
     else:
+        from meshplan.costs.collectives import CURVE_KINDS
         from meshplan.io.nccl_tests import read_nccl_tests
 
+        skipped = []
         for test in read_nccl_tests(nccl_tests):
             test_kind = test.collective or kind
             if test_kind is None:
                 raise MeshplanError("kind", None, f"the collective of {nccl_tests}'s bare table (all_reduce, all_gather, reduce_scatter or all_to_all)")
             if kind is not None and test.collective is not None and test.collective != kind:
+                continue
+            if kind is None and test_kind not in CURVE_KINDS:
+                skipped.append(test_kind)
                 continue
             ranks = devices or test.ranks
             if not ranks:
@@ -55,10 +60,11 @@ def collective(
             measured = [row[2] if in_place else row[1] for row in test.rows]
             curves.append(api.collective(test_kind, resolved, ranks, [row[0] for row in test.rows],
                                          max(1, resolved.devices_per_node // per_host) if stride is None else stride,
-                                         algorithm, protocol,
-                                         measured))
+                                         algorithm, protocol, measured))
         if not curves:
-            raise MeshplanError("kind", kind, f"a collective {nccl_tests} holds a test of")
+            raise MeshplanError("kind", kind, f"a collective {nccl_tests} holds a test of (all_reduce, all_gather, reduce_scatter or all_to_all)")
+        for name in skipped:
+            console(stderr=True).print(f"note: {name} left out: meshplan draws all_reduce, all_gather, reduce_scatter and all_to_all")
     if as_json:
         typer.echo(json.dumps([p.as_dict() for curve in curves for p in curve], indent=2))
         return
