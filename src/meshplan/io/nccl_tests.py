@@ -68,7 +68,7 @@ def read_nccl_tests(path: str | Path) -> list[NcclTest]:
             current.hosts.add(rank.group(1))
             continue
         row = _ROW.match(line)
-        if row:
+        if row and float(row.group(1)) > 0 and float(row.group(3)) > 0 and float(row.group(4)) > 0:
             current.rows.append((float(row.group(1)), float(row.group(3)) * 1e-6, float(row.group(4)) * 1e-6))
     tests = [t for t in tests if t.rows]
     if not tests:
