@@ -19,7 +19,8 @@ from meshplan.timeline.halves import Half, Op, Overlap
 from meshplan.costs.costed import cost_program
 from meshplan.parallel.program import build_program
 from meshplan.timeline.passes import DataParallel, Layer, backward_pass, first_forward_pass, forward_pass, step_reduce_gather_s
-from meshplan.timeline.step import interleaved_param_wait, role_passes
+from meshplan.specs import Plan
+from meshplan.timeline.step import _unpaired_share, interleaved_param_wait, role_passes
 from meshplan.timeline.paired import paired_pass
 
 
@@ -203,6 +204,28 @@ def test_expert_all_to_all_paired():
     paired = schedule_pass(paired_pass("fb", layer, None, None, overlap(ep="paired"), False, True)).time_s
     assert alone == pytest.approx(16.0)
     assert paired == pytest.approx(12.0)
+
+
+def test_combined_1f1b_runs_its_warm_up_and_cool_down_alone():
+    """Megatron-Core's combined 1F1B overlap pairs a forward with another micro-batch's backward
+    in the steady phase only: a stage's warm-up forwards and cool-down backwards run alone, and
+    at least its first forward. By hand, over the stages' mean (pipeline_orders.warm_up_forwards):
+    interleaved pp 4, v 2, m 8 (group 4) warms up 10, 8, 6, 4 of 16 forwards: 7/16; 1F1B pp 4,
+    m 8: 3, 2, 1 and the last stage's first forward: 7/32; pp 1: the first of 8."""
+    assert _unpaired_share(Plan(pp=4, virtual_pipeline_stages=2, ep_overlap="paired"), 8) == pytest.approx(7 / 16)
+    assert _unpaired_share(Plan(pp=4, ep_overlap="paired"), 8) == pytest.approx(7 / 32)
+    assert _unpaired_share(Plan(ep_overlap="paired"), 8) == pytest.approx(1 / 8)
+    assert _unpaired_share(Plan(pp=4, virtual_pipeline_stages=2), 8) == 0.0
+    # a micro-batch per pipeline has nothing to pair: the step of no overlap; more approach the
+    # steady pairs' saving
+    base = dict(num_devices=32, tp=1, pp=4, ep=8, micro_batch_size=1, framework="megatron-core")
+    ratios = []
+    for batch in (8, 64, 4096):
+        alone = meshplan.estimate("mixtral-8x7b", "dgx-h100", global_batch_size=batch, **base, ep_overlap="none")
+        paired = meshplan.estimate("mixtral-8x7b", "dgx-h100", global_batch_size=batch, **base, ep_overlap="paired")
+        ratios.append(paired.step_time_s / alone.step_time_s)
+    assert ratios[0] == pytest.approx(1.0, rel=1e-9)
+    assert ratios[0] > ratios[1] > ratios[2]
 
 
 # --- differential: composed equals unrolled ---

@@ -70,6 +70,15 @@ def _one_f_one_b(p: int, m: int, s: int, split: bool) -> list[tuple]:
     return order
 
 
+def warm_up_forwards(p: int, m: int, v: int, s: int, group: int) -> int:
+    """Forwards stage ``s`` runs before its first backward (as many backwards close its schedule):
+    p-1-s in 1F1B; in interleaved 1F1B 2(p-1-s) + (v-1)·group, capped at m·v (_interleaved)."""
+    if v == 1:
+        return min(p - 1 - s, m)
+    total = m * v
+    return total if m == p == group else min(2 * (p - 1 - s) + (v - 1) * group, total)
+
+
 def _interleaved(p: int, m: int, v: int, s: int, group: int) -> list[tuple]:
     """Interleaved 1F1B (Narayanan et al. SC21 Sec. 2.2.2), in the order of Megatron-Core's
     forward_backward_pipelining_with_interleaving (schedules.py, get_schedule_table and
@@ -93,7 +102,7 @@ def _interleaved(p: int, m: int, v: int, s: int, group: int) -> list[tuple]:
         mb, chunk = table[k]
         return ("B", mb, (v - 1 - chunk) * p + s)
 
-    warm = total if m == p == group else min(2 * (p - 1 - s) + (v - 1) * group, total)
+    warm = warm_up_forwards(p, m, v, s, group)
     order = [forward(k) for k in range(warm)]
     for k in range(total - warm):
         order += [forward(warm + k), backward(k)]

@@ -18,6 +18,7 @@ from meshplan.costs.costed import CostedProgram, comm_s
 from meshplan.costs.energy import step_energy
 from meshplan.costs.footprint import footprint
 from meshplan.parallel.program import grad_bucket_params
+from meshplan.specs.plan import interleave_group
 from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.engine import CATEGORIES, Pass, PassTime, schedule_pass
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
@@ -26,6 +27,7 @@ from meshplan.timeline.passes import (
     Layer, backward_pass, data_parallel, first_forward_pass, forward_pass, step_reduce_gather_s,
 )
 from meshplan.timeline.paired import paired_pass
+from meshplan.timeline.pipeline_orders import warm_up_forwards
 from meshplan.timeline.pipeline_schedule import StageWork, pipeline_time
 from meshplan.units import format_bytes
 from meshplan.workloads.lora import trainable_params
@@ -136,15 +138,31 @@ def role_passes(costed: CostedProgram, index: int, compose: bool = True) -> Role
     )
 
 
-def _stage_work(r: RolePasses, stages: int, schedule: str, virtual: int) -> StageWork:
+def _unpaired_share(plan, m: int) -> float:
+    """Of a stage's forwards (and as many of its backwards), the share Megatron-Core's combined
+    1F1B overlap runs alone: the warm-up forwards and the cool-down backwards, which have no pass
+    of another micro-batch to run beside (pipeline_orders.warm_up_forwards), and at least one,
+    the first forward; the mean over the stages."""
+    if plan.ep_overlap != "paired" or plan.schedule == "dualpipe":
+        return 0.0
+    p, v = plan.pp, plan.virtual_pipeline_stages
+    group = plan.microbatch_group_size or interleave_group(p, m)
+    unpaired = sum(max(1, warm_up_forwards(p, m, v, s, group)) for s in range(p)) / p
+    return min(1.0, unpaired / (m * v))
+
+
+def _stage_work(r: RolePasses, stages: int, schedule: str, virtual: int, unpaired: float = 0.0) -> StageWork:
     """The pipeline's view of a role, per model chunk. With expert all-to-all paired outside
     DualPipe (Megatron-Core's combined 1F1B overlap), the steady forward+backward cycle is
-    the paired time: F and B are scaled to it (warm-up forwards are scaled too, a small
-    deliberate approximation)."""
+    the paired time, and the ``unpaired`` share of forwards and backwards (_unpaired_share)
+    takes its own time: F and B are scaled so a stage is as busy as both together. That the
+    unpaired ones are spread over the schedule, not at its ends, is a deliberate approximation:
+    the busy time is exact, the bubble's few percent of it may shift."""
     f, b = r.forward.time_s, r.backward.time_s
     scale = 1.0
     if r.paired is not None and schedule != "dualpipe" and f + b > 0:
         scale = r.paired.time_s / (f + b)
+        scale += (1.0 - scale) * unpaired
     split = r.input_backward is not None and schedule in ("zb-h1", "dualpipe")
     forward = f * scale / virtual
     backward = (r.input_backward.time_s if split else b * scale) / virtual
@@ -189,7 +207,8 @@ def pipeline_inputs(costed: CostedProgram, passes: list[RolePasses]) -> tuple[li
     program = costed.program
     plan = program.scenario.plan
     v = plan.virtual_pipeline_stages
-    works = [_stage_work(r, role.stages, plan.schedule, v) for r, role in zip(passes, program.roles)]
+    unpaired = _unpaired_share(plan, program.scenario.num_micro_batches)
+    works = [_stage_work(r, role.stages, plan.schedule, v, unpaired) for r, role in zip(passes, program.roles)]
     p2p_s = comm_s(program.pp_comm) if program.pp_comm else 0.0
     overlap_p2p = plan.overlap_p2p if plan.overlap_p2p is not None else v > 1
     return works, p2p_s, overlap_p2p
