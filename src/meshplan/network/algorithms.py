@@ -263,12 +263,11 @@ def nvls_tree_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> flo
         return None
     in_switch = inner.line_bytes_per_s * inner.fabric.reduction_efficiency
     across = min(_hop_bandwidth(h, False) * (1.0 if h.members <= 2 else 0.5) for h in outer)
+    steps = [2 * math.ceil(math.log2(h.members)) for h in outer]  # each tree level, up and down
     latency = step_latency_s("nvlink", "nvls", protocol, inner.latency_s)
-    latency += sum(2.0 * math.ceil(math.log2(h.members)) * step_latency_s("network", "nvls_tree", protocol, h.latency_s)
-                   for h in outer)
-    tree_levels = sum(2 * math.ceil(math.log2(h.members)) for h in outer)
+    latency += sum(n * step_latency_s("network", "nvls_tree", protocol, h.latency_s) for n, h in zip(steps, outer))
     return latency + _nvls_chunks_s(bytes_, inner, min(in_switch, across), NVLS_TREE_CHUNK_CUTS,
-                                    NVLS_FILL_LOOPS + tree_levels)
+                                    NVLS_FILL_LOOPS + sum(steps))
 
 
 def collnet_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
