@@ -131,7 +131,7 @@ def test_bridge_tables_take_the_llama_70b_recipes_offload():
         return recipe_switches(case)[0].get("cpu_offloading_num_layers")
 
     assert offloaded() == 40 and offloaded(System="DGX-GB300") == 20
-    for changes in ({"FSDP": "0"}, {"Precision": "MXFP8"}, {"PP": "4"}):
+    for changes in ({"Precision": "MXFP8"}, {"PP": "4"}):
         assert offloaded(**changes) is None
     assert catalog.cluster("gb300-nvl72").host.link_bytes_per_s == pytest.approx(225e9)
     # B200's recipe (5 layers over PCIe Gen5) runs on a cluster that states its hosts

@@ -27,7 +27,7 @@ QWEN = {
 }
 
 #: the switches recipes.yaml may set: each is a key meshplan.io.case_inputs reads
-READ_KEYS = {"moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers",
+READ_KEYS = {"moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers", "use_megatron_fsdp",
              "recompute_modules", "fp8_param_gather", "fp4_param_gather"}
 
 
@@ -127,12 +127,35 @@ def test_llama3_70b_fsdp_recipes_offload_activations_by_system_and_precision():
     llama = changed(QWEN, model__name="Llama 3 70B", hardware__cluster="gb200-nvl72", precision="fp8-cs",
                     parallelism__tp=1, parallelism__pp=1, parallelism__ep=1, parallelism__zero_stage=3,
                     source="Megatron-Bridge, NeMo container 25.11")
-    assert recipe_switches(llama)[0] == {"cpu_offloading_num_layers": 40}
-    assert recipe_switches(changed(llama, precision="bf16"))[0] == {"cpu_offloading_num_layers": 20}
-    assert recipe_switches(changed(llama, hardware__cluster="gb300-nvl72", precision="bf16"))[0] == {"cpu_offloading_num_layers": 30}
+    fsdp = {"use_megatron_fsdp": True}
+    assert recipe_switches(llama)[0] == {**fsdp, "cpu_offloading_num_layers": 40}
+    assert recipe_switches(changed(llama, precision="bf16"))[0] == {**fsdp, "cpu_offloading_num_layers": 20}
+    assert recipe_switches(changed(llama, hardware__cluster="gb300-nvl72", precision="bf16"))[0] == {**fsdp, "cpu_offloading_num_layers": 30}
     # the MXFP8 recipes offload nothing (and keep MXFP8 weights, as every MXFP8 recipe does)
     assert recipe_switches(changed(llama, precision="mxfp8"))[0] == {"fp8_param_gather": True}
-    assert recipe_switches(changed(llama, parallelism__zero_stage=1))[0] == {}
+    assert recipe_switches(changed(llama, parallelism__pp=4))[0] == {}
+    # Llama 3.1 405B's 128-GPU recipes shard it over tp 2 alone
+    big = changed(llama, model__name="Llama 3.1 405B", parallelism__tp=2, hardware__num_devices=128)
+    assert recipe_switches(big)[0] == {**fsdp, "cpu_offloading_num_layers": 92}
+
+
+def test_a_bridge_case_that_misses_its_rows_fsdp_runs_the_recipes_zero_3():
+    """The public case of Llama 3 70B on 64 GB200s (NeMo 26.04.01) says zero_stage 0, where its
+    table row says FSDP 64 and its recipe use_megatron_fsdp: 70B weights with their gradients
+    and Adam's state on one GPU (tp 1, pp 1) fit only sharded. The recipe's sharding wins, and
+    the note says the case's own word was not taken."""
+    llama = changed(QWEN, model__name="Llama 3 70B", model__arch="dense", model__moe=None, model__num_layers=80,
+                    model__hidden_size=8192, model__num_kv_heads=8, model__ffn_hidden_size=28672, model__vocab_size=128256,
+                    model__head_dim=None, hardware__cluster="gb200-nvl72", hardware__num_devices=64, hardware__devices_per_node=4,
+                    parallelism__tp=1, parallelism__pp=1, parallelism__ep=1, parallelism__dp=64, parallelism__zero_stage=0,
+                    parallelism__virtual_pipeline_stages=1, parallelism__sequence_parallel=False,
+                    batch__global_batch_sequences=256, batch__micro_batch_size=2, batch__seq_len=8192)
+    assert case_inputs(llama, "l")["plan"]["zero_stage"] == 3
+    result = run_case(llama, 0)
+    assert result.fits and "(ZeRO-3, not the case's zero_stage 0)" in result.note
+    # a case that names the switch itself keeps its own word (and its zero_stage)
+    own = changed(llama, parallelism__use_megatron_fsdp=False)
+    assert case_inputs(own, "l")["plan"]["zero_stage"] == 0 and not run_case(own, 0).fits
 
 
 def test_mxfp8_recipes_keep_mxfp8_weights_and_nvfp4_ones_nvfp4_weights_from_26_06():

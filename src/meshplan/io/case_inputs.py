@@ -206,6 +206,8 @@ def case_inputs(case: dict, where: str) -> dict:
         state = _MOMENT_STATES.get(moments, moments)
     if state is not None:  # how Adam kept its state
         plan["optimizer_state"] = _word(state)
+    if _option(par, "use_megatron_fsdp", False) is True:  # Megatron-FSDP, as Bridge's recipes run it
+        plan["zero_stage"] = 3  # optim_grads_params: weights, gradients and optimizer state sharded
     offloaded = _option(par, "activation_offload_layers", par.get("cpu_offloading_num_layers"))
     if offloaded is not None:  # layers whose activations wait in host memory (Megatron-Core's name too)
         plan["activation_offload_layers"] = offloaded

@@ -149,7 +149,11 @@ def _recipe_note(case: dict) -> str | None:
     taken = {k: v for k, v in switches.items() if k not in own}
     if not taken:
         return None
-    return "Megatron-Bridge recipe: " + ", ".join(f"{k} {_switch_word(v)}" for k, v in taken.items())
+    note = "Megatron-Bridge recipe: " + ", ".join(f"{k} {_switch_word(v)}" for k, v in taken.items())
+    stage = own.get("zero_stage", 0)
+    if taken.get("use_megatron_fsdp") is True and stage != 3:  # the run's sharding over the case's word
+        note += f" (ZeRO-3, not the case's zero_stage {stage})"
+    return note
 
 
 def _switch_word(value) -> str:
