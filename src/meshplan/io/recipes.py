@@ -5,7 +5,9 @@ A row of the summary gives a run's model, system, precision, batch and layout; t
 it also chose the expert dispatcher and its overlap, Adam's moment dtype, activation offload and
 CUDA graphs. A case whose source or framework names Megatron-Bridge, and whose source names the
 NeMo container it ran in, takes the switches of every catalog entry it matches; the keys the case
-gives itself win (meshplan.io.case_inputs).
+gives itself win (meshplan.io.case_inputs), but for one: a recipe that ran Megatron-FSDP
+(use_megatron_fsdp) shards everything whatever zero_stage the case says, since the table's FSDP
+column, which the case format has no field for, says so too.
 """
 
 from __future__ import annotations
