@@ -111,3 +111,33 @@ def test_tests_it_does_not_draw_are_left_out_with_a_note(tmp_path, monkeypatch, 
     code, out, err = run_cli(monkeypatch, capsys, "collective", "--cluster", "dgx-h100", "--nccl-tests", str(log), "--json")
     assert code == 0 and len(json.loads(out)) == 20
     assert "note: send_recv left out" in err
+
+
+#: the header and rows of nccl-tests logs older than 2.13, as SuperBench keeps them for its parser
+#: (github.com/microsoft/superbenchmark tests/data/nccl_allgather.log and nccl_alltoall.log:
+#: 8 A100-SXM4-40GB, one thread driving all 8): rank lines without a group, rows without root,
+#: and all_gather's without a redop, alltoall's with a blank one
+OLD_HEADER = ["# nThread 1 nGpus 8 minBytes 1 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 validation: 0",
+              "#", "# Using devices",
+              *[f"#   Rank  {r} Pid 112372 on localhost device  {r} [0x00] A100-SXM4-40GB" for r in range(8)]]
+OLD_GATHER = ["#       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error",
+              "           0             0   float    34.27    0.00    0.00    N/A    33.57    0.00    0.00    N/A",
+              "     1048576         32768   float    72.95   14.37   12.58    N/A    73.07   14.35   12.56    N/A",
+              "  8589934592     268435456   float    33646  255.31  223.39    N/A    32669  262.94  230.07    N/A"]
+OLD_ALLTOALL = ["#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error",
+                "          32             1   float            89.00    0.00    0.00    N/A    85.13    0.00    0.00    N/A",
+                "  8589934592     268435456   float            33508  256.36  224.31    N/A    33234  258.47  226.16    N/A"]
+
+
+@pytest.mark.parametrize("rows, kind, first", [(OLD_GATHER, "all_gather", (1048576.0, 72.95e-6, 73.07e-6)),
+                                                 (OLD_ALLTOALL, "all_to_all", (32.0, 89.0e-6, 85.13e-6))])
+def test_reads_older_nccl_tests_logs_and_notes_one_thread_driving_every_gpu(tmp_path, monkeypatch, capsys, rows, kind, first):
+    log = tmp_path / "old.log"
+    log.write_text("\n".join([*OLD_HEADER, *rows]) + "\n")
+    (test,) = read_nccl_tests(log)
+    assert (test.collective, test.ranks, test.nodes, test.gpus_per_thread, len(test.rows)) == (None, 8, 1, 8, 2)
+    assert test.rows[0] == pytest.approx(first) and test.rows[-1][0] == 8589934592.0
+    code, out, err = run_cli(monkeypatch, capsys, "collective", kind, "--cluster", "dgx-a100-40gb", "--nccl-tests", str(log), "--json")
+    assert code == 0 and [p["size_bytes"] for p in json.loads(out)] == [first[0], 8589934592]
+    assert "note: one thread drove 8 GPUs (nccl-tests -g 8)" in err
+    assert "drove" not in run_cli(monkeypatch, capsys, "collective", "--cluster", "dgx-h100", "--nccl-tests", str(LOG))[2]

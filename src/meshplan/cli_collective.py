@@ -44,6 +44,7 @@ def collective(
         from meshplan.io.nccl_tests import read_nccl_tests
 
         skipped = []
+        launched = set()  # GPUs one thread drove (nccl-tests -g), where more than one
         for test in read_nccl_tests(nccl_tests):
             test_kind = test.collective or kind
             if test_kind is None:
@@ -56,6 +57,8 @@ def collective(
             ranks = devices or test.ranks
             if not ranks:
                 raise MeshplanError("--devices", None, f"the ranks of {nccl_tests}, which lists none")
+            if test.gpus_per_thread > 1:
+                launched.add(test.gpus_per_thread)
             per_host = max(1, ranks // test.nodes)
             measured = [row[2] if in_place else row[1] for row in test.rows]
             curves.append(api.collective(test_kind, resolved, ranks, [row[0] for row in test.rows],
@@ -65,6 +68,11 @@ def collective(
             raise MeshplanError("kind", kind, f"a collective {nccl_tests} holds a test of (all_reduce, all_gather, reduce_scatter or all_to_all)")
         for name in skipped:
             console(stderr=True).print(f"note: {name} left out: meshplan draws all_reduce, all_gather, reduce_scatter and all_to_all")
+        for gpus in sorted(launched):
+            console(stderr=True).print(
+                f"note: one thread drove {gpus} GPUs (nccl-tests -g {gpus}): each call waits for its {gpus} launches, "
+                f"about 35 us for 8 in published logs (Together AI's H100 node, SuperBench's A100 node), "
+                f"which the model, timing the collective alone, leaves out; run one rank per GPU (-g 1) to compare small sizes")
     if as_json:
         typer.echo(json.dumps([p.as_dict() for curve in curves for p in curve], indent=2))
         return

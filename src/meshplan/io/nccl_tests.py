@@ -4,11 +4,14 @@ model beside a user's own measurements.
 
 A log holds one or more tests, each opened by ``# Collective test starting: <name>_perf``
 (nccl-tests 2.13 and later), listing its ranks (``#  Rank  0 Group  0 Pid ... on <host> device
-0 ...``) and a row per size: size (B), count, type, redop, root, then time (us), algbw, busbw
-and #wrong out of place, and the same in place. Sizes are what nccl-tests and meshplan both
+0 ...``; older versions print no group) and a row per size: size (B), count, type, redop, root,
+then time (us), algbw, busbw and #wrong out of place, and the same in place. Older versions
+leave out root, and print no redop (or a blank one) for all_gather and alltoall, so a row is
+read from its ends: size and count first, the two times 8 and 4 cells from the last. Sizes are
+what nccl-tests and meshplan both
 call the buffer (doc/PERFORMANCE.md): an all-gather's gathered output, a reduce-scatter's input,
 an all-to-all's send buffer. A bare table (no header) is one test of the collective the caller
-names.
+names. ``# nThread T nGpus G`` says how many GPUs each thread drove.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ TESTS = {"all_reduce_perf": "all_reduce", "all_gather_perf": "all_gather", "redu
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
-_RANK = re.compile(r"^#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device")
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+\S+\s+\S+\s+-?\d+\s+([\d.]+)\s+\S+\s+\S+\s+\S+\s+([\d.]+)")
+_RANK = re.compile(r"^#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device")
+_THREADS = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+(\d+)")
+_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
 
 
 @dataclass
@@ -38,6 +42,7 @@ class NcclTest:
     ranks: int = 0
     hosts: set[str] = field(default_factory=set)
     rows: list[tuple[float, float, float]] = field(default_factory=list)
+    gpus_per_thread: int = 1  # nccl-tests -g: the GPUs one thread launches the collective on
 
     @property
     def nodes(self) -> int:
@@ -52,29 +57,47 @@ def read_nccl_tests(path: str | Path) -> list[NcclTest]:
         raise MeshplanError("--nccl-tests", str(path), f"a readable nccl-tests output file ({err.strerror})") from None
     tests: list[NcclTest] = []
     current: NcclTest | None = None
+    threads = 1  # printed once, before the first test, for every test of the run
     for line in text.splitlines():
+        gpus = _THREADS.match(line)
+        if gpus:
+            threads = max(1, int(gpus.group(1)))
+            if current is not None:
+                current.gpus_per_thread = threads
         started = _START.match(line)
         if started:
             name = started.group(1)
-            current = NcclTest(TESTS.get(name, name))
+            current = NcclTest(TESTS.get(name, name), gpus_per_thread=threads)
             tests.append(current)
             continue
         if current is None:  # a bare table, or a header nccl-tests older than 2.13 prints
-            current = NcclTest(None)
+            current = NcclTest(None, gpus_per_thread=threads)
             tests.append(current)
         rank = _RANK.match(line)
         if rank:
             current.ranks += 1
             current.hosts.add(rank.group(1))
             continue
-        row = _ROW.match(line)
-        if row and float(row.group(1)) > 0 and float(row.group(3)) > 0 and float(row.group(4)) > 0:
-            current.rows.append((float(row.group(1)), float(row.group(3)) * 1e-6, float(row.group(4)) * 1e-6))
+        row = _row(line.split())
+        if row is not None:
+            current.rows.append(row)
     tests = [t for t in tests if t.rows]
     if not tests:
         raise MeshplanError("--nccl-tests", str(path),
                             "nccl-tests output: rows of size, count, type, redop, root, time, algbw, busbw, #wrong")
     return tests
+
+
+def _row(words: list[str]) -> tuple[float, float, float] | None:
+    """(size bytes, out-of-place seconds, in-place seconds) of one table row, or None for any
+    other line or a row without a positive size and times. A row ends with time, algbw, busbw
+    and #wrong out of place, then in place."""
+    if len(words) < 11 or not all(_NUMBER.match(words[i]) for i in (0, 1, -8, -7, -6, -4, -3, -2)):
+        return None
+    size, out_of_place, in_place = float(words[0]), float(words[-8]), float(words[-4])
+    if size <= 0 or out_of_place <= 0 or in_place <= 0:
+        return None
+    return size, out_of_place * 1e-6, in_place * 1e-6
 
 
 def size_sweep(text: str) -> list[float]:
