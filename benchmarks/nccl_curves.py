@@ -5,10 +5,14 @@ error over the sizes, and the sizes within 15%.
     python benchmarks/nccl_curves.py              # the table
     python benchmarks/nccl_curves.py --fit-nvls   # refit NVLS_CHUNK_OVERHEAD_BYTES and
                                                   # NVLS_FILL_LOOPS (meshplan.network.algorithms)
+    python benchmarks/nccl_curves.py --fit-p2p    # refit P2P_NVLINK_FRACTION
 
 The fit is least squares on the relative bus-bandwidth error of one 8x H100 node's NVLS
 all-reduce (h100-together-nvls) from 4 MiB up, where its one thread driving all 8 GPUs no longer
-sets the time; the other curves are not used and test it.
+sets the time; the other curves are not used and test it. The NVLink send fraction is the
+ratio of two slopes from 256 to 512 MiB of NVIDIA's 8x H100 alltoall_perf sweep
+(h100-aiconfigurator): the measured time's, and the model's at the full link; the H200, A100 and
+B200 sweeps give theirs for comparison.
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_collective_algorithms import curve_points, measured_busbw, model_busbw  # noqa: E402
+from test_collective_algorithms import BUS_FACTOR, curve_points, measured_busbw, model_busbw  # noqa: E402
 
 from meshplan.network import algorithms, tuner  # noqa: E402
 
 FIT_SYSTEM, FIT_SMALLEST = "h100-together-nvls", 4 << 20
+FIT_P2P = "h100-aiconfigurator"
 
 
 def errors(rows) -> list[float]:
@@ -78,12 +83,27 @@ def fit_nvls() -> None:
         print(f"  held out: {system} all_reduce >= 2M ({len(held)} sizes): median {np.median(e):.1%}, max {e.max():.1%}")
 
 
+def fit_p2p() -> None:
+    algorithms.P2P_NVLINK_FRACTION = 1.0
+    for system in ("h100-aiconfigurator", "h200-aiconfigurator", "a100-aiconfigurator", "b200-aiconfigurator"):
+        rows = {float(r["size_bytes"]): r for r in curve_points() if r["system"] == system
+                and r["collective"] == "all_to_all" and r["gpus_per_node"] == "8"}
+        low, high = rows[256 << 20], rows[512 << 20]
+        measured = float(high["time_us"]) - float(low["time_us"])
+        model = [float(r["size_bytes"]) * BUS_FACTOR["all_to_all"](8) / model_busbw(r) / 1e3 for r in (low, high)]  # us
+        fitted = " (the fit: P2P_NVLINK_FRACTION)" if system == FIT_P2P else ""
+        print(f"{system}: NVLink sends at {(model[1] - model[0]) / measured:.3f} of the link{fitted}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit-nvls", action="store_true", help="refit the NVLS chunk cost and pipeline fill")
+    parser.add_argument("--fit-p2p", action="store_true", help="refit the share of NVLink grouped sends reach")
     args = parser.parse_args()
     if args.fit_nvls:
         fit_nvls()
+    elif args.fit_p2p:
+        fit_p2p()
     else:
         table()
 

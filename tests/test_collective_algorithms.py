@@ -30,10 +30,14 @@ def measured_cluster(system: str):
     issues 290 and 309 (8 H100 SXM, 8 NDR 400G NICs each), NCCL issue 1047's node, Together AI's
     and xxrjun's nodes (8 H100 SXM on NVSwitch; xxrjun's 10 nodes reach 49 GB/s a GPU across,
     one 400 Gb/s NIC each) are DGX H100-shaped HGX nodes, NDm A100 v4 a DGX A100-shaped one (8
-    HDR NICs, one per GPU); SuperBench's node (8 A100-SXM4-40GB) a DGX A100 40GB."""
+    HDR NICs, one per GPU); SuperBench's node (8 A100-SXM4-40GB) a DGX A100 40GB; aiconfigurator's
+    A100-SXM4-80GB, H100, H200 and B200 nodes the DGX of each."""
     if system.startswith(("nd-h100", "h100")):
         return catalog.cluster("dgx-h100")
-    return catalog.cluster("dgx-a100-40gb" if system.startswith("a100-40g") else "dgx-a100-80gb")
+    for prefix, cluster in (("a100-40g", "dgx-a100-40gb"), ("h200", "dgx-h200"), ("b200", "dgx-b200")):
+        if system.startswith(prefix):
+            return catalog.cluster(cluster)
+    return catalog.cluster("dgx-a100-80gb")
 
 
 def curve_points():
@@ -75,7 +79,6 @@ WITHIN_15 = [
     ("nd-h100-v5", "all_gather", 1, 8),  # 21 sizes, 1 KiB - 1 GiB
     ("h100-nccl1047-ring", "reduce_scatter", 1, 8),  # 128 MiB - 8 GiB, ring (NVIDIA/nccl#1047)
     ("ndm-a100-v4", "all_reduce", 1, 8),  # 1 KiB and 1 GiB
-    ("ndm-a100-v4", "all_to_all", 1, 8),  # 1 KiB and 1 GiB
     ("ndm-a100-v4", "all_gather", 2, 8),  # 1 GiB and 4 GiB (1 KiB: see below)
     ("ndm-a100-v4", "all_reduce", 2, 8),
     ("ndm-a100-v4", "all_to_all", 2, 8),
@@ -116,9 +119,10 @@ def test_three_collectives_on_8_h100_within_15_percent(system, collective, small
 
 def test_ten_h100_nodes_four_collectives_at_bandwidth_within_15_percent():
     """xxrjun's 10 nodes x 8 H100 (NCCL 2.29.2): all-reduce, all-gather and reduce-scatter from
-    2 GiB to 16 GiB, all-to-all from 128 MiB; the single node's all-to-all from 1 GiB. Below that
-    the multi-node collectives are the mid-size miss (test_multi_node_h100_mid_sizes_are_a_known_miss),
-    and the node's all-to-all is up to 1.45x fast at 32 MiB."""
+    2 GiB to 16 GiB, all-to-all from 128 MiB; the single node's all-to-all from 64 MiB (from
+    1 GiB before NVLink sends ran at P2P_NVLINK_FRACTION of the link). Below that the multi-node
+    collectives are the mid-size miss (test_multi_node_h100_mid_sizes_are_a_known_miss), and the
+    node's all-to-all is up to 1.22x fast at 32 MiB."""
     checked = 0
     for row in curve_points():
         size, system, kind = float(row["size_bytes"]), row["system"], row["collective"]
@@ -126,7 +130,7 @@ def test_ten_h100_nodes_four_collectives_at_bandwidth_within_15_percent():
             # the sizes are rounded down to a multiple of the 80 ranks
             smallest = (128 << 20 if kind == "all_to_all" else 2 << 30) - (1 << 20)
         elif system == "h100-xxrjun-1n" and kind == "all_to_all":
-            smallest = 1 << 30
+            smallest = 64 << 20
         else:
             continue
         ratio = model_busbw(row) / measured_busbw(row)
@@ -134,8 +138,8 @@ def test_ten_h100_nodes_four_collectives_at_bandwidth_within_15_percent():
             assert ratio == pytest.approx(1.0, rel=0.15), (system, kind, size)
             checked += 1
         elif system == "h100-xxrjun-1n":
-            assert ratio < 1.45
-    assert checked == 3 * 4 + 8 + 5
+            assert ratio < 1.25
+    assert checked == 3 * 4 + 8 + 9
 
 
 def test_four_collectives_on_8_a100_at_bandwidth_within_15_percent():
@@ -151,6 +155,56 @@ def test_four_collectives_on_8_a100_at_bandwidth_within_15_percent():
     assert checked == 4 * 5
 
 
+def _aiconfigurator_errors() -> dict[tuple[str, str, int], list[tuple[float, float]]]:
+    """(system, collective, GPUs) -> (size, model busbw / measured - 1) for NVIDIA aiconfigurator's
+    nccl-tests sweeps (a thread per GPU, 512 B - 512 MiB, NCCL 2.29.2; A100's 2.27.3)."""
+    out: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
+    for row in curve_points():
+        if row["system"].endswith("-aiconfigurator"):
+            key = (row["system"].split("-")[0], row["collective"], int(row["gpus_per_node"]))
+            out.setdefault(key, []).append((float(row["size_bytes"]), model_busbw(row) / measured_busbw(row) - 1))
+    return out
+
+
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_three_collectives_on_8_hopper_gpus_from_512_bytes(gpu):
+    """NVIDIA's own sweeps of one 8-GPU H100 and H200 node (aiconfigurator, NCCL 2.29.2, one
+    thread per GPU, so no launch floor), held out of every fit: all-reduce, all-gather and
+    reduce-scatter within 15% at two thirds of the 21 sizes from 512 B to 512 MiB and at every
+    size from 64 MiB, and within 35% everywhere. The misses: 16-256 KiB up to 34% fast (the
+    measured calls step up by 2-4 us at 16-32 KiB, which NCCL's LL model does not have) and
+    1-4 MiB up to 25% slow (where NCCL leaves LL sooner than its tuning model says). Their
+    all-to-all is within 15% from 64 MiB, where NVLink sends reach P2P_NVLINK_FRACTION of the
+    link (fitted on the H100 curve's slope; the H200's is held out)."""
+    errors = _aiconfigurator_errors()
+    assert all(abs(e) <= 0.15 for s, e in errors[(gpu, "all_to_all", 8)] if s >= 64 << 20)
+    for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+        curve = errors[(gpu, kind, 8)]
+        assert len(curve) == 21 and min(s for s, _ in curve) == 512 and max(s for s, _ in curve) == 512 << 20
+        assert sum(abs(e) <= 0.15 for _, e in curve) >= 14, kind
+        assert all(abs(e) <= 0.15 for s, e in curve if s >= 64 << 20), kind
+        assert max(abs(e) for _, e in curve) < 0.35, kind
+
+
+def test_aiconfigurator_sweeps_known_misses_stay_bounded():
+    """Where the same sweeps miss by more: A100 (NCCL 2.27.3) and B200 (2.29.2) take 16-25 us for
+    the smallest calls where the model, NCCL's tuning latencies, says 11-15 (as H100 takes): up to
+    2.2x fast; B200's all-gather and reduce-scatter at 16 MiB take twice their 8 MiB time; 4 GPUs of
+    a Hopper node reach about 80% of the model's all-gather and reduce-scatter bandwidth at
+    128-512 MiB; the all-to-all's smallest calls take 7.3-8.7 us on H100 and H200, as the model
+    says, but some sizes 16 us (up to 2.5x fast there), A100's and B200's 10.6-16.6 us; and B200's
+    sends reach 0.84 of its link, A100's 0.90 (the H100 fit says 0.876), so B200's 4-GPU
+    all-to-all is 24% fast at 512 MiB. Bounded so a regression shows."""
+    errors = _aiconfigurator_errors()
+    worst = {key: max(abs(e) for _, e in curve) for key, curve in errors.items()}
+    assert 0.5 < max(worst[(g, k, n)] for g in ("a100", "b200") for k in ("all_reduce", "all_gather", "reduce_scatter")
+                     for n in (4, 8)) < 1.25
+    at_bandwidth = [abs(e) for (g, k, n), curve in errors.items() if g in ("h100", "h200") and k != "all_to_all"
+                    for s, e in curve if s >= 128 << 20]
+    assert 0.15 < max(at_bandwidth) < 0.25
+    assert 1.3 < max(v for (g, k, n), v in worst.items() if k == "all_to_all") < 1.5
+
+
 def test_one_thread_driving_8_gpus_is_a_known_floor():
     """nccl-tests -g 8 (one thread launching the collective on all 8 GPUs, Together AI's runs)
     takes 34-43 us for any call up to 2 MiB, where one rank per GPU (ND H100 v5) takes 9.5-38 us:
@@ -163,7 +217,7 @@ def test_one_thread_driving_8_gpus_is_a_known_floor():
     # SuperBench's A100 node, also -g 8, floors at the same 34-36 us (the model: 11-15 us); its
     # older NCCL then takes up to 3.7x the model's time between 128 KiB and 256 MiB (75 us for a
     # 1 MiB all-reduce, where ND H100 v5's NCCL 2.18.3 takes 32; 60 us for a 512 KiB
-    # reduce-scatter), and its all-to-all 86-89 us up to 2 MiB
+    # reduce-scatter), and its all-to-all 86-89 us up to 2 MiB (the model: 7 us, a call and a step)
     floor = [float(r["time_us"]) for r in curve_points()
              if r["system"] == "a100-40g-superbench" and r["collective"] != "all_to_all" and float(r["size_bytes"]) <= 16 << 10]
     assert len(floor) >= 30 and 33.0 < min(floor) and max(floor) < 37.0
@@ -172,7 +226,7 @@ def test_one_thread_driving_8_gpus_is_a_known_floor():
         if r["system"] == "a100-40g-superbench":
             worst[r["collective"]] = max(worst.get(r["collective"], 0.0), model_busbw(r) / measured_busbw(r))
     assert 3.5 < max(worst[k] for k in ("all_reduce", "all_gather", "reduce_scatter")) < 3.9
-    assert 7.5 < worst["all_to_all"] < 8.5  # 11 us in the model: one LL step to each peer
+    assert 11.5 < worst["all_to_all"] < 13.0
 
 
 #: multi-node H100 all-reduce (nccl-tests issue 309: 2 and 4 nodes, NCCL 2.26.2; 2, 4 and 8
@@ -220,7 +274,10 @@ def test_published_curves_known_misses_stay_bounded():
     takes LL128 or NVLS where today's tuning.cc model keeps LL) and 19% slow at 4 MiB; the 8-GPU A100 all-gather at 1 KiB by 16%;
     multi-node 1 KiB latencies are 1.3-3.2x short of the measurement (NCCL's
     network latencies leave out the proxy round trips a 1 KiB message pays); one GPU per node over HDR
-    reaches 16-19 GB/s in the measurement against the catalog's 22.5."""
+    reaches 16-19 GB/s in the measurement against the catalog's 22.5; ND A100 v4's all-to-all
+    (NCCL 2.17.1) takes 9.3 us at 1 KiB where the model says 7.2 (a call and one step: NVIDIA's
+    H100 and H200 sweeps take 7.3-8.7) and reaches 255 GB/s at 1 GiB, 20% above the model, where
+    NVIDIA's A100 sweep (NCCL 2.27.3) reaches 203 at 512 MiB and SuperBench's 224 at 8 GiB."""
     worst = {}
     for row in curve_points():
         key = (row["system"], row["collective"], int(row["nodes"]))
@@ -228,6 +285,7 @@ def test_published_curves_known_misses_stay_bounded():
         worst[key] = max(worst.get(key, 0.0), error)
     assert worst[("nd-h100-v5", "all_reduce", 1)] < 0.45
     assert worst[("ndm-a100-v4", "all_gather", 1)] < 0.20
+    assert 0.25 < worst[("ndm-a100-v4", "all_to_all", 1)] < 0.35
     assert max(v for (s, c, nodes), v in worst.items() if nodes == 2) < 2.5
     # with NCCL's own algorithms only (no multi-level hierarchical ring), two full nodes' 1 KiB
     # all-reduce and all-gather are within 1.5x

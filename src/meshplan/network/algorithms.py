@@ -295,16 +295,34 @@ def collnet_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float
     return latency + transfer
 
 
+#: NCCL's grouped sends over NVLink reach this share of the link: each peer's part goes over its
+#: own channels (one CTA each, four a peer on 8 GPUs: scheduleP2pTasksToPlan and addP2pToPlan in
+#: src/enqueue.cc), copied by the SMs in 512 KiB chunks (NCCL_P2P_NVL_CHUNKSIZE). Fitted on the
+#: slope of NVIDIA's 8x H100 alltoall_perf sweep from 256 to 512 MiB (aiconfigurator, NCCL 2.29.2:
+#: 369 GB/s of the model's 421 algorithm bandwidth); the same slope gives 0.86 on H200, 0.90 on
+#: A100 and 0.84 on B200 (tests/test_collective_algorithms.py)
+P2P_NVLINK_FRACTION = 0.876
+
+#: channels one round of grouped sends spreads over (comm->p2pnChannels: the ring's channel count
+#: rounded up to a power of two, 32 on NVSwitch nodes); a peer takes at least one, so up to this
+#: many peers are reached at once and the others in later rounds
+P2P_CHANNELS = 32
+
+
 def direct_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
     """All-to-all as grouped point-to-point sends (NCCL ``ncclSend``/``ncclRecv`` to every peer).
 
     Bandwidth: the slowest level's bound (injection, taper, bisection), at the protocol's share
-    of the link. Protocol: NCCL sends a peer's chunk with LL up to NCCL_P2P_LL_THRESHOLD (16 KiB)
-    and with Simple above (NCCL environment-variable docs); a torus of chip links has no NCCL
-    protocols and sends at the link's bandwidth. Latency: one call (tuning.cc base), and
-    the sends issued peer after peer, one step latency each
-    over the link that reaches the peer; issuing overlaps the transfer of earlier peers, so the
-    time is the larger of the two (MAD Max Sec. 4.3: all-to-all is bound by its slowest level).
+    of the link, and over NVLink at the share NCCL's sends reach (P2P_NVLINK_FRACTION). Protocol:
+    NCCL sends a peer's chunk with LL up to NCCL_P2P_LL_THRESHOLD (16 KiB) and with Simple above
+    (NCCL environment-variable docs); a torus of chip links has no NCCL protocols and sends at
+    the link's bandwidth. Latency: one call (tuning.cc base), a step over NVLink or PCIe for
+    each round of peers, and a step for each peer across the network. The GPU moves the peers in
+    a node at once: NCCL schedules the sends of a group over its p2p channels, a peer a channel
+    or more (src/enqueue.cc scheduleP2pTasksToPlan), so only more than P2P_CHANNELS peers take
+    further rounds. Across the network each peer's sends and receives are posted by the rank's
+    one proxy thread, peer after peer, which overlaps the transfer of earlier peers, so that part
+    is the larger of the two. MAD Max Sec. 4.3: an all-to-all is bound by its slowest level.
     """
     if kind != "all_to_all":
         return None
@@ -313,17 +331,23 @@ def direct_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float 
     if protocol != ("LL" if nccl and bytes_ / n <= P2P_LL_THRESHOLD_BYTES else "Simple"):
         return None
     share = ring_bandwidth(1.0, protocol, None)
-    transfer = max(all_to_all_bound_s(h.fabric, bytes_, h.bytes_per_s * share, h.parallel_links, h.members,
-                                      h.inside, n, h.gap) for h in span.hops)
+    transfer = max(all_to_all_bound_s(h.fabric, bytes_, h.bytes_per_s * share * (P2P_NVLINK_FRACTION if nccl and h.fabric.link == "nvlink" else 1.0),
+                                      h.parallel_links, h.members, h.inside, n, h.gap) for h in span.hops)
     if not nccl:  # torus ICI: one step per peer as before (no NCCL protocol)
         return transfer + (n - 1) * max(h.latency_s for h in span.hops)
-    issue = 0.0
+    rounds = math.ceil((n - 1) / P2P_CHANNELS)
+    local = 0.0  # one step over the node's links a round of peers
+    posted = 0.0  # the network peers' sends, posted one after another
     inner = 1
     for hop in span.hops:
         peers = inner * hop.members - inner  # peers first reached across this level
-        issue += peers * step_latency_s(hop.fabric.link, "ring", protocol, hop.latency_s)
+        step = step_latency_s(hop.fabric.link, "ring", protocol, hop.latency_s)
+        if hop.fabric.link == "network":
+            posted += peers * step
+        else:
+            local = max(local, rounds * step)
         inner *= hop.members
-    return base_latency_s("ring", protocol) + max(transfer, issue)
+    return base_latency_s("ring", protocol) + local + max(transfer, posted)
 
 
 def send_recv_s(bytes_: float, span: GroupSpan) -> float:
