@@ -173,7 +173,7 @@ def test_three_collectives_on_8_hopper_gpus_from_512_bytes(gpu):
     reduce-scatter within 15% at two thirds of the 21 sizes from 512 B to 512 MiB and at every
     size from 64 MiB, and within 35% everywhere. The misses: 16-256 KiB up to 34% fast (the
     measured calls step up by 2-4 us at 16-32 KiB, which NCCL's LL model does not have) and
-    1-4 MiB up to 25% slow (where NCCL leaves LL sooner than its tuning model says). Their
+    1-4 MiB up to 25% slow (the measured calls already run at more than LL's bandwidth). Their
     all-to-all is within 15% from 64 MiB, where NVLink sends reach P2P_NVLINK_FRACTION of the
     link (fitted on the H100 curve's slope; the H200's is held out)."""
     errors = _aiconfigurator_errors()

@@ -8,10 +8,10 @@ A log holds one or more tests, each opened by ``# Collective test starting: <nam
 then time (us), algbw, busbw and #wrong out of place, and the same in place. Older versions
 leave out root, and print no redop (or a blank one) for all_gather and alltoall, so a row is
 read from its ends: size and count first, the two times 8 and 4 cells from the last. Sizes are
-what nccl-tests and meshplan both
-call the buffer (doc/PERFORMANCE.md): an all-gather's gathered output, a reduce-scatter's input,
-an all-to-all's send buffer. A bare table (no header) is one test of the collective the caller
-names. ``# nThread T nGpus G`` says how many GPUs each thread drove.
+what nccl-tests and meshplan both call the buffer (doc/PERFORMANCE.md): an all-gather's
+gathered output, a reduce-scatter's input, an all-to-all's send buffer. A bare table (no
+header) is one test of the collective the caller names. ``# nThread T nGpus G`` says how many
+GPUs each thread drove.
 """
 
 from __future__ import annotations

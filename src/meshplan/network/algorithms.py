@@ -296,16 +296,17 @@ def collnet_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float
 
 
 #: NCCL's grouped sends over NVLink reach this share of the link: each peer's part goes over its
-#: own channels (one CTA each, four a peer on 8 GPUs: scheduleP2pTasksToPlan and addP2pToPlan in
+#: own channels (one CTA each, several a peer: scheduleP2pTasksToPlan and addP2pToPlan in
 #: src/enqueue.cc), copied by the SMs in 512 KiB chunks (NCCL_P2P_NVL_CHUNKSIZE). Fitted on the
 #: slope of NVIDIA's 8x H100 alltoall_perf sweep from 256 to 512 MiB (aiconfigurator, NCCL 2.29.2:
 #: 369 GB/s of the model's 421 algorithm bandwidth); the same slope gives 0.86 on H200, 0.90 on
 #: A100 and 0.84 on B200 (tests/test_collective_algorithms.py)
 P2P_NVLINK_FRACTION = 0.876
 
-#: channels one round of grouped sends spreads over (comm->p2pnChannels: the ring's channel count
-#: rounded up to a power of two, 32 on NVSwitch nodes); a peer takes at least one, so up to this
-#: many peers are reached at once and the others in later rounds
+#: channels one round of grouped sends spreads over (comm->p2pnChannels: the collectives' channel
+#: count rounded up to a power of two, src/graph/paths.cc; 16 to 32 on NVSwitch nodes, 32 taken);
+#: a peer takes at least one, so up to this many peers are reached at once, the others in later
+#: rounds
 P2P_CHANNELS = 32
 
 
@@ -331,8 +332,9 @@ def direct_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float 
     if protocol != ("LL" if nccl and bytes_ / n <= P2P_LL_THRESHOLD_BYTES else "Simple"):
         return None
     share = ring_bandwidth(1.0, protocol, None)
-    transfer = max(all_to_all_bound_s(h.fabric, bytes_, h.bytes_per_s * share * (P2P_NVLINK_FRACTION if nccl and h.fabric.link == "nvlink" else 1.0),
-                                      h.parallel_links, h.members, h.inside, n, h.gap) for h in span.hops)
+    shares = [share * (P2P_NVLINK_FRACTION if nccl and h.fabric.link == "nvlink" else 1.0) for h in span.hops]
+    transfer = max(all_to_all_bound_s(h.fabric, bytes_, h.bytes_per_s * hop_share, h.parallel_links, h.members,
+                                      h.inside, n, h.gap) for h, hop_share in zip(span.hops, shares))
     if not nccl:  # torus ICI: one step per peer as before (no NCCL protocol)
         return transfer + (n - 1) * max(h.latency_s for h in span.hops)
     rounds = math.ceil((n - 1) / P2P_CHANNELS)
