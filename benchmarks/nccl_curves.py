@@ -6,13 +6,16 @@ error over the sizes, and the sizes within 15%.
     python benchmarks/nccl_curves.py --fit-nvls   # refit NVLS_CHUNK_OVERHEAD_BYTES and
                                                   # NVLS_FILL_LOOPS (meshplan.network.algorithms)
     python benchmarks/nccl_curves.py --fit-p2p    # refit P2P_NVLINK_FRACTION
+    python benchmarks/nccl_curves.py --fit-nvlink5  # refit the NVLink5 levels' efficiency
 
 The fit is least squares on the relative bus-bandwidth error of one 8x H100 node's NVLS
 all-reduce (h100-together-nvls) from 4 MiB up, where its one thread driving all 8 GPUs no longer
 sets the time; the other curves are not used and test it. The NVLink send fraction is the
 ratio of two slopes from 256 to 512 MiB of NVIDIA's 8x H100 alltoall_perf sweep
 (h100-aiconfigurator): the measured time's, and the model's at the full link; the H200, A100 and
-B200 sweeps give theirs for comparison.
+B200 sweeps give theirs for comparison. The NVLink5 levels' efficiency is fitted the same way on
+the ring all-gather and reduce-scatter of NVIDIA's 8x B200 sweep (b200-aiconfigurator); GB200's
+and GB300's 4-GPU sweeps are held out.
 """
 
 from __future__ import annotations
@@ -83,27 +86,49 @@ def fit_nvls() -> None:
         print(f"  held out: {system} all_reduce >= 2M ({len(held)} sizes): median {np.median(e):.1%}, max {e.max():.1%}")
 
 
+def slope_ratio(system: str, kind: str, gpus: int) -> float:
+    """The model's time slope from 256 to 512 MiB over the measured one, for one published curve."""
+    rows = {float(r["size_bytes"]): r for r in curve_points() if r["system"] == system
+            and r["collective"] == kind and int(r["gpus_per_node"]) == gpus}
+    low, high = rows[256 << 20], rows[512 << 20]
+    measured = float(high["time_us"]) - float(low["time_us"])
+    model = [float(r["size_bytes"]) * BUS_FACTOR[kind](gpus) / model_busbw(r) / 1e3 for r in (low, high)]  # us
+    return (model[1] - model[0]) / measured
+
+
 def fit_p2p() -> None:
     algorithms.P2P_NVLINK_FRACTION = 1.0
     for system in ("h100-aiconfigurator", "h200-aiconfigurator", "a100-aiconfigurator", "b200-aiconfigurator"):
-        rows = {float(r["size_bytes"]): r for r in curve_points() if r["system"] == system
-                and r["collective"] == "all_to_all" and r["gpus_per_node"] == "8"}
-        low, high = rows[256 << 20], rows[512 << 20]
-        measured = float(high["time_us"]) - float(low["time_us"])
-        model = [float(r["size_bytes"]) * BUS_FACTOR["all_to_all"](8) / model_busbw(r) / 1e3 for r in (low, high)]  # us
         fitted = " (the fit: P2P_NVLINK_FRACTION)" if system == FIT_P2P else ""
-        print(f"{system}: NVLink sends at {(model[1] - model[0]) / measured:.3f} of the link{fitted}")
+        print(f"{system}: NVLink sends at {slope_ratio(system, 'all_to_all', 8):.3f} of the link{fitted}")
+
+
+def fit_nvlink5() -> None:
+    from meshplan import catalog
+
+    efficiency = next(level.efficiency for level in catalog.cluster("dgx-b200").levels if level.name == "nvlink5")
+    ratios = [slope_ratio("b200-aiconfigurator", kind, 8) for kind in ("all_gather", "reduce_scatter")]
+    print(f"b200-aiconfigurator 8 GPUs, ring all-gather and reduce-scatter: the measured slope is "
+          f"{np.mean(ratios):.3f} of the model's at efficiency {efficiency}: fitted efficiency {efficiency * np.mean(ratios):.3f}")
+    for system in ("gb200-aiconfigurator", "gb300-aiconfigurator"):
+        held = [r for r in curve_points() if r["system"] == system and r["collective"] in ("all_gather", "reduce_scatter", "all_reduce")
+                and float(r["size_bytes"]) >= 64 << 20]
+        e = np.abs(errors(held))
+        print(f"  held out: {system} 4 GPUs, three collectives >= 64M ({len(held)} sizes): median {np.median(e):.1%}, max {e.max():.1%}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit-nvls", action="store_true", help="refit the NVLS chunk cost and pipeline fill")
     parser.add_argument("--fit-p2p", action="store_true", help="refit the share of NVLink grouped sends reach")
+    parser.add_argument("--fit-nvlink5", action="store_true", help="refit the NVLink5 levels' achieved fraction")
     args = parser.parse_args()
     if args.fit_nvls:
         fit_nvls()
     elif args.fit_p2p:
         fit_p2p()
+    elif args.fit_nvlink5:
+        fit_nvlink5()
     else:
         table()
 

@@ -300,7 +300,7 @@ def collnet_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float
 #: src/enqueue.cc), copied by the SMs in 512 KiB chunks (NCCL_P2P_NVL_CHUNKSIZE). Fitted on the
 #: slope of NVIDIA's 8x H100 alltoall_perf sweep from 256 to 512 MiB (aiconfigurator, NCCL 2.29.2:
 #: 369 GB/s of the model's 421 algorithm bandwidth); the same slope gives 0.86 on H200, 0.90 on
-#: A100 and 0.84 on B200 (tests/test_collective_algorithms.py)
+#: A100 and 0.93 on B200 (over its NVLink5 level's fitted efficiency; tests/test_collective_algorithms.py)
 P2P_NVLINK_FRACTION = 0.876
 
 #: channels one round of grouped sends spreads over (comm->p2pnChannels: the collectives' channel
