@@ -92,6 +92,23 @@ def _ring_steps(span: GroupSpan) -> list[int]:
     return [domains[t] - domains[t + 1] for t in range(len(span.hops))]
 
 
+def _step_s(hop: LevelHop, family: str, protocol: str) -> float:
+    """One step's latency over ``hop``: the level's measured LL step where it has one
+    (NetworkLevel.ll_step_s), else NCCL's tuning table."""
+    if protocol == "LL" and hop.fabric.ll_step_s is not None:
+        return hop.fabric.ll_step_s
+    return step_latency_s(hop.fabric.link, family, protocol, hop.latency_s)
+
+
+def _call_s(family: str, protocol: str, span: GroupSpan) -> float:
+    """A call's fixed cost: the measured LL call of the span's levels where each has one (the
+    largest; NetworkLevel.ll_call_s), else NCCL's tuning table."""
+    calls = [h.fabric.ll_call_s for h in span.hops]
+    if protocol == "LL" and all(c is not None for c in calls):
+        return max(calls)
+    return base_latency_s(family, protocol)
+
+
 def ring_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
     """Flat ring over every member: passes x (n-1)/n of the buffer through the slowest boundary."""
     if kind not in PASSES or not all(runs(h.fabric.link, "ring", protocol) for h in span.hops):
@@ -99,11 +116,11 @@ def ring_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | 
     n = span.size
     passes = PASSES[kind]
     bandwidth = ring_bandwidth(min(_hop_bandwidth(h, True) for h in span.hops), protocol, _ll_cap(span))
-    latency = base_latency_s("ring", protocol) if _nccl(span) else 0.0
+    latency = _call_s("ring", protocol, span) if _nccl(span) else 0.0
     across = any(h.fabric.link == "network" for h in span.hops)
     for hop, steps in zip(span.hops, _ring_steps(span)):
         family = "tree" if hop.fabric.link == "network" and hop.inside == 1 and len(span.hops) == 1 else "ring"
-        step = step_latency_s(hop.fabric.link, family, protocol, hop.latency_s)
+        step = _step_s(hop, family, protocol)
         if across and hop.fabric.link in ("nvlink", "pcie"):
             step = max(step, NET_OVERHEAD_S * (3.0 if protocol == "Simple" else 1.0))
         latency += passes * steps * step
@@ -125,10 +142,10 @@ def tree_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | 
     across = any(h.fabric.link == "network" for h in span.hops)
     simple = min(_hop_bandwidth(h, True) for h in span.hops)
     bandwidth = tree_bandwidth(simple, protocol, _ll_cap(span), across)
-    latency = base_latency_s("tree", protocol)
+    latency = _call_s("tree", protocol, span)
     for hop in span.hops:
         steps = hop.members - 1 if hop.fabric.link in ("nvlink", "pcie") else math.ceil(math.log2(hop.members))
-        latency += 2.0 * steps * step_latency_s(hop.fabric.link, "tree", protocol, hop.latency_s)
+        latency += 2.0 * steps * _step_s(hop, "tree", protocol)
     return latency + 2.0 * bytes_ / bandwidth
 
 
@@ -148,8 +165,7 @@ def _level_phase_s(hop: LevelHop, bytes_: float, passes: float, protocol: str, c
         steps = sum(d - 1 for d in torus_group_dims(hop.fabric.torus_dims, k))
     else:
         steps = k - 1
-    step = step_latency_s(hop.fabric.link, "ring", protocol, hop.latency_s)
-    return passes * (k - 1) / k * bytes_ / bandwidth + passes * steps * step
+    return passes * (k - 1) / k * bytes_ / bandwidth + passes * steps * _step_s(hop, "ring", protocol)
 
 
 def hierarchical_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float | None:
@@ -157,7 +173,7 @@ def hierarchical_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> 
     if kind not in PASSES or not all(runs(h.fabric.link, "ring", protocol) for h in span.hops):
         return None
     cap = _ll_cap(span)
-    latency = base_latency_s("ring", protocol) if _nccl(span) else 0.0
+    latency = _call_s("ring", protocol, span) if _nccl(span) else 0.0
     return latency + sum(_level_phase_s(h, bytes_, PASSES[kind], protocol, cap) for h in span.hops)
 
 
@@ -174,11 +190,10 @@ def halving_doubling_s(kind: str, bytes_: float, span: GroupSpan, protocol: str)
     if kind not in PASSES or not all(runs(h.fabric.link, "ring", protocol) for h in span.hops):
         return None
     cap = _ll_cap(span)
-    latency = base_latency_s("ring", protocol) if _nccl(span) else 0.0
+    latency = _call_s("ring", protocol, span) if _nccl(span) else 0.0
     total = latency + sum(_level_phase_s(h, bytes_, PASSES[kind], protocol, cap, "log") for h in span.hops)
     if span.size & (span.size - 1):
-        hop = span.hops[-1]
-        total += PASSES[kind] * step_latency_s(hop.fabric.link, "ring", protocol, hop.latency_s)
+        total += PASSES[kind] * _step_s(span.hops[-1], "ring", protocol)
     return total
 
 
@@ -343,13 +358,13 @@ def direct_s(kind: str, bytes_: float, span: GroupSpan, protocol: str) -> float 
     inner = 1
     for hop in span.hops:
         peers = inner * hop.members - inner  # peers first reached across this level
-        step = step_latency_s(hop.fabric.link, "ring", protocol, hop.latency_s)
+        step = _step_s(hop, "ring", protocol)
         if hop.fabric.link == "network":
             posted += peers * step
         else:
             local = max(local, rounds * step)
         inner *= hop.members
-    return base_latency_s("ring", protocol) + local + max(transfer, posted)
+    return _call_s("ring", protocol, span) + local + max(transfer, posted)
 
 
 def send_recv_s(bytes_: float, span: GroupSpan) -> float:

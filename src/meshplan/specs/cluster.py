@@ -62,6 +62,10 @@ class NetworkLevel(Spec):
     nvls_channels: Count = 16
     # NCCL's LL protocol bandwidth ceiling (tuning.cc llMaxBws); None: half the link, no ceiling
     ll_bytes_per_s: BytesPerS | None = None
+    # a small (LL) collective's measured fixed cost and latency per ring step over this level;
+    # None: NCCL's tuning.cc table (baseLatencies, hwLatencies), which is one for every GPU
+    ll_call_s: Seconds | None = None
+    ll_step_s: Seconds | None = None
 
     @model_validator(mode="after")
     def _topology_fields(self) -> "NetworkLevel":
