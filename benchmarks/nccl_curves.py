@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from test_collective_algorithms import BUS_FACTOR, curve_points, measured_busbw, model_busbw  # noqa: E402
 
+from meshplan import catalog  # noqa: E402
 from meshplan.network import algorithms, tuner  # noqa: E402
 
 FIT_SYSTEM, FIT_SMALLEST = "h100-together-nvls", 4 << 20
@@ -104,8 +105,6 @@ def fit_p2p() -> None:
 
 
 def fit_nvlink5() -> None:
-    from meshplan import catalog
-
     efficiency = next(level.efficiency for level in catalog.cluster("dgx-b200").levels if level.name == "nvlink5")
     ratios = [slope_ratio("b200-aiconfigurator", kind, 8) for kind in ("all_gather", "reduce_scatter")]
     print(f"b200-aiconfigurator 8 GPUs, ring all-gather and reduce-scatter: the measured slope is "

@@ -215,11 +215,11 @@ def test_blackwell_small_calls_take_their_measured_ll_latency():
     fitted on NVIDIA's B200 all-reduce, all-gather and reduce-scatter at 512 B on 2, 4 and 8 GPUs,
     where NCCL's table (6.6 and 0.6 us) made them 1.5-2x fast: up to 8 KiB the 4- and 8-GPU calls
     are within 18%, and GB200's and GB300's, held out, within 10%."""
-    rings = ("all_reduce", "all_gather", "reduce_scatter")
+    errors = _aiconfigurator_errors()
 
     def worst(gpu):
-        return max(abs(model_busbw(r) / measured_busbw(r) - 1) for r in curve_points()
-                   if r["system"] == f"{gpu}-aiconfigurator" and r["collective"] in rings and float(r["size_bytes"]) <= 8192)
+        return max(abs(e) for (g, kind, n), curve in errors.items() if g == gpu and kind != "all_to_all"
+                   for size, e in curve if size <= 8192)
 
     assert worst("b200") < 0.18
     assert max(worst("gb200"), worst("gb300")) < 0.10
