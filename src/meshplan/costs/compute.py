@@ -46,12 +46,15 @@ class Roofline:
     kernels: KernelModels | None = None  # the profile's kernel models, if it has them
     chip: Chip | None = None  # the device for GEMMs, in ``precision``
     attention_chip: Chip | None = None  # the device for attention, in attention_precision()
+    # how the GEMM operands are scaled (Plan.quant_scaling): picks a block-scaled GEMM kernel
+    scaling: str | None = None
     # forward and backward speed of the plan's flash-attention generation, as a fraction of the
     # profile's fitted attention (Efficiency.attention_kernels; already applied to ``kernels``)
     attention_speed: tuple[float, float] = (1.0, 1.0)
 
     @classmethod
-    def of(cls, device: Device, efficiency: Efficiency, precision: str, attention_kernel: str | None = None) -> "Roofline":
+    def of(cls, device: Device, efficiency: Efficiency, precision: str, attention_kernel: str | None = None,
+           scaling: str | None = None) -> "Roofline":
         lookup = efficiency.memory if efficiency.lookup is None else efficiency.lookup
         kernels = efficiency.kernels
         chip = attention_chip = None
@@ -81,13 +84,14 @@ class Roofline:
             chip=chip,
             attention_chip=attention_chip,
             attention_speed=attention_speed,
+            scaling=scaling,
         )
 
     def matmul_s(self, m, k, n, element_bytes):
         """One GEMM (m x k)·(k x n): from its tiles (meshplan.costs.kernels.gemm_s) where the
         profile has kernel models, else max(compute, memory) + launch overhead."""
         if self.kernels is not None:
-            return gemm_s(m, k, n, element_bytes, self.kernels.gemm_of(self.precision), self.chip)
+            return gemm_s(m, k, n, element_bytes, self.kernels.gemm_of(self.precision, self.scaling), self.chip)
         flop = 2.0 * m * k * n
         traffic = gemm_traffic_bytes(m * k * element_bytes, k * n * element_bytes, m * n * element_bytes, self.buffer_bytes)
         compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.matmul, self._size(flop, traffic)))

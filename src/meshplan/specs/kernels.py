@@ -141,7 +141,9 @@ class KernelModels(Spec):
     its kernels are shorter than their dispatch.
     """
 
-    gemm: dict[Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"], GemmKernel]  # bf16 serves precisions not listed
+    # bf16 serves precisions not listed; "fp8_block" is FP8 with a scale per block of values
+    # (MXFP8 on Blackwell), where the family's block-scaled kernels run apart from per-tensor FP8's
+    gemm: dict[Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp8_block", "fp4"], GemmKernel]
     attention: AttentionKernel
     memory: MemoryKernels
     host: HostDispatch | None = None  # None: the host always keeps ahead
@@ -153,5 +155,9 @@ class KernelModels(Spec):
             raise ValueError("gemm must give bf16 (it serves every precision not listed)")
         return self
 
-    def gemm_of(self, precision: str) -> GemmKernel:
+    def gemm_of(self, precision: str, scaling: str | None = None) -> GemmKernel:
+        """The GEMM kernel of ``precision``; with ``scaling`` "block", the family's block-scaled
+        one where it has it."""
+        if scaling == "block" and f"{precision}_block" in self.gemm:
+            return self.gemm[f"{precision}_block"]  # type: ignore[index]
         return self.gemm.get(precision, self.gemm["bf16"])  # type: ignore[call-overload]

@@ -1,0 +1,84 @@
+"""The blackwell profile's GEMM kernels against measured Blackwell GEMMs
+(tests/data/blackwell_gemm.yaml): NVIDIA's B300 layer GEMMs they are fitted on, and vLLM's B200
+GEMMs held out."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+import meshplan
+from meshplan import catalog
+from meshplan.costs.compute import Roofline
+from meshplan.costs.kernels import Chip
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = yaml.safe_load((ROOT / "tests" / "data" / "blackwell_gemm.yaml").read_text())
+_spec = importlib.util.spec_from_file_location("fit_blackwell_gemm", ROOT / "benchmarks" / "fit_blackwell_gemm.py")
+fit_blackwell_gemm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fit_blackwell_gemm)
+
+KERNELS = catalog.efficiency("blackwell").kernels
+ELEMENT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
+
+
+def test_the_catalog_holds_what_the_fit_gives():
+    for key, g in fit_blackwell_gemm.fit().items():
+        assert KERNELS.gemm[key] == g, key
+
+
+@pytest.mark.parametrize("key", ["bf16", "fp8", "fp8_block", "fp4"])
+def test_b300_layer_gemms_per_pass_within_7_percent(key):
+    """The fit matches each precision's layer total; each pass on its own stays within 7% (the
+    largest today: per-tensor FP8's forward, 6.2% slow; the model has no forward/backward asymmetry)."""
+    fit = DATA["fit"]
+    device = fit["device"]
+    precision = key.split("_")[0]
+    chip = Chip(device["peak_flop_per_s"][precision], device["sm_count"], device["hbm_bytes_per_s"], device["sram_bytes"])
+    shapes = fit_blackwell_gemm.pass_shapes(fit["tokens"], fit["gemms"])
+    model = fit_blackwell_gemm.layer_ms(KERNELS.gemm[key], chip, ELEMENT_BYTES[precision], shapes)
+    for p, measured in fit["ms"][key].items():
+        assert model[p] == pytest.approx(measured, rel=0.07), (p, model[p], measured)
+    assert sum(model.values()) == pytest.approx(sum(fit["ms"][key].values()), rel=0.005)
+
+
+def _held_out(precision: str) -> list[tuple[int, float, float]]:
+    h = DATA["held_out"]
+    roof = Roofline.of(catalog.device(h["device"]), catalog.efficiency("blackwell"), precision)
+    out = []
+    for m, measured in zip(h["m"], h["tflop_per_s"][precision]):
+        seconds = float(roof.matmul_s(m, h["k"], h["n"], ELEMENT_BYTES[precision]))
+        out.append((m, 2.0 * m * h["k"] * h["n"] / seconds / 1e12, measured))
+    return out
+
+
+def test_b200_bf16_gemms_held_out_within_10_percent():
+    """vLLM's B200 cuBLAS bf16 GEMMs, 1.3-1.4 PFLOP/s from M 1K to 16K: within 8.2% today."""
+    for m, model, measured in _held_out("bf16"):
+        assert model == pytest.approx(measured, rel=0.10), m
+
+
+def test_b200_nvfp4_gemms_held_out_within_15_percent():
+    """vLLM's B200 NVFP4 GEMMs (CUTLASS, operands quantized beforehand), 2.9-3.9 PFLOP/s: within
+    14% today, the model below at the largest M. While fp4 ran bf16's kernel at the fp4 peak the
+    model gave about 6 PFLOP/s."""
+    for m, model, measured in _held_out("fp4"):
+        assert model == pytest.approx(measured, rel=0.15), m
+
+
+def test_mxfp8_gemms_run_their_own_kernel_on_blackwell_only():
+    """A plan scaling FP8 per block (MXFP8) runs Blackwell's block-scaled kernel, 5% below per-tensor
+    FP8 as NVIDIA's B300 measurement has it; Hopper has no such kernel and times both alike."""
+    for device, slower in (("b200", True), ("h100-sxm5-80gb", False)):
+        d = catalog.device(device)
+        profile = catalog.efficiency(d.efficiency)
+        block = Roofline.of(d, profile, "fp8", scaling="block").matmul_s(16384, 8192, 8192, 1.0)
+        tensor = Roofline.of(d, profile, "fp8", scaling="current").matmul_s(16384, 8192, 8192, 1.0)
+        assert bool(block > tensor * 1.03) is slower, device
+    plan = dict(tp=1, pp=1, micro_batch_size=1, global_batch_size=8, seq_len=4096, precision="fp8")
+    mx = meshplan.estimate("llama3-8b", "dgx-b200", {**plan, "fp8_scaling": "block"}, 8)
+    delayed = meshplan.estimate("llama3-8b", "dgx-b200", {**plan, "fp8_scaling": "delayed"}, 8)
+    assert mx.step_time_s > delayed.step_time_s
