@@ -2,7 +2,7 @@
 
     python benchmarks/fit_blackwell_gemm.py
 
-The data (tests/data/blackwell_gemm.yaml) are per-pass sums of a layer's GEMMs, one sum per
+The data (tests/data/published_gemms.yaml) are per-pass sums of a layer's GEMMs, one sum per
 precision and pass, timed by Transformer Engine's GEMM benchmark on an HGX B300. Too few shapes
 to fit tiles, prologues and waves, so each kernel keeps Hopper's (bf16's for bf16, fp8's for the
 rest: the fitted H100 kernels of catalog/efficiency.yaml) and only its fraction of the per-SM peak
@@ -20,7 +20,7 @@ from meshplan import catalog
 from meshplan.costs.kernels import Chip, gemm_s
 from meshplan.specs.device import BYTES_PER_ELEMENT
 
-DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "blackwell_gemm.yaml"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_gemms.yaml"
 PASSES = ("fprop", "dgrad", "wgrad")
 
 
