@@ -19,6 +19,7 @@ import yaml
 from meshplan import catalog
 from meshplan.costs.kernels import Chip, gemm_s
 from meshplan.specs.device import BYTES_PER_ELEMENT
+from meshplan.specs.kernels import GemmKernel
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "published_gemms.yaml"
 PASSES = ("fprop", "dgrad", "wgrad")
@@ -32,11 +33,16 @@ def pass_shapes(tokens: int, gemms: list[list[int]]) -> dict[str, list[tuple[int
             "wgrad": [(k, tokens, n) for k, n in gemms]}
 
 
+def chip_of(device: dict, precision: str) -> Chip:
+    """The data's device in ``precision`` (its dense peak in that precision)."""
+    return Chip(device["peak_flop_per_s"][precision], device["sm_count"], device["hbm_bytes_per_s"], device["sram_bytes"])
+
+
 def layer_ms(kernel, chip: Chip, element_bytes: float, shapes) -> dict[str, float]:
     return {p: 1e3 * sum(float(gemm_s(m, k, n, element_bytes, kernel, chip)) for m, k, n in shapes[p]) for p in PASSES}
 
 
-def fit(data: dict | None = None) -> dict[str, object]:
+def fit(data: dict | None = None) -> dict[str, GemmKernel]:
     """The fitted GemmKernel per key of the data's ``ms`` (bf16, fp8, fp8_block, fp4)."""
     data = data or yaml.safe_load(DATA.read_text())["fit"]
     device = data["device"]
@@ -45,7 +51,7 @@ def fit(data: dict | None = None) -> dict[str, object]:
     out = {}
     for key, measured in data["ms"].items():
         precision = key.split("_")[0]
-        chip = Chip(device["peak_flop_per_s"][precision], device["sm_count"], device["hbm_bytes_per_s"], device["sram_bytes"])
+        chip = chip_of(device, precision)
         base = hopper.gemm_of("bf16" if precision == "bf16" else "fp8")
         target = sum(measured.values())
         low, high = 0.01, 2.0
@@ -60,13 +66,11 @@ def fit(data: dict | None = None) -> dict[str, object]:
 def main() -> None:
     data = yaml.safe_load(DATA.read_text())["fit"]
     shapes = pass_shapes(data["tokens"], data["gemms"])
-    device = data["device"]
+    us = lambda s: f"{s * 1e6:.2f} us"  # noqa: E731
     for key, g in fit(data).items():
         precision = key.split("_")[0]
-        chip = Chip(device["peak_flop_per_s"][precision], device["sm_count"], device["hbm_bytes_per_s"], device["sram_bytes"])
-        model = layer_ms(g, chip, BYTES_PER_ELEMENT[precision], shapes)
+        model = layer_ms(g, chip_of(data["device"], precision), BYTES_PER_ELEMENT[precision], shapes)
         print(f"# {key}: " + ", ".join(f"{p} {model[p]:.3f} ms (measured {data['ms'][key][p]:.3f})" for p in PASSES))
-        us = lambda s: f"{s * 1e6:.2f} us"  # noqa: E731
         print(f"      {key}: {{tile: {list(g.tile)}, split_k: {list(g.split_k)}, sm_fraction: {g.sm_fraction:.4f}, prologue_k: {g.prologue_k:.1f}, "
               f"wave_quantization: {g.wave_quantization:.3f}, split_reduce_passes: {g.split_reduce_passes:.3f}, launch_s: {us(g.launch_s)}, "
               f"isolated_floor_s: {us(g.isolated_floor_s)}, isolated_overhead_s: {us(g.isolated_overhead_s)}}}")

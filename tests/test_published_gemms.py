@@ -13,7 +13,6 @@ import yaml
 import meshplan
 from meshplan import catalog
 from meshplan.costs.compute import Roofline
-from meshplan.costs.kernels import Chip
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = yaml.safe_load((ROOT / "tests" / "data" / "published_gemms.yaml").read_text())
@@ -37,7 +36,7 @@ def test_b300_layer_gemms_per_pass_within_7_percent(key):
     fit = DATA["fit"]
     device = fit["device"]
     precision = key.split("_")[0]
-    chip = Chip(device["peak_flop_per_s"][precision], device["sm_count"], device["hbm_bytes_per_s"], device["sram_bytes"])
+    chip = fit_blackwell_gemm.chip_of(device, precision)
     shapes = fit_blackwell_gemm.pass_shapes(fit["tokens"], fit["gemms"])
     model = fit_blackwell_gemm.layer_ms(KERNELS.gemm[key], chip, ELEMENT_BYTES[precision], shapes)
     for p, measured in fit["ms"][key].items():
@@ -91,7 +90,7 @@ def test_h200_nvl_layer_gemms_held_out_on_the_hopper_kernels(precision):
     4096, where the fit's own large H100 FP8 GEMMs run at a median 0.91 of the time it gives)."""
     h = DATA["hopper_held_out"]
     device = h["device"]
-    chip = Chip(device["peak_flop_per_s"][precision], device["sm_count"], device["hbm_bytes_per_s"], device["sram_bytes"])
+    chip = fit_blackwell_gemm.chip_of(device, precision)
     shapes = fit_blackwell_gemm.pass_shapes(DATA["fit"]["tokens"], DATA["fit"]["gemms"])
     kernel = catalog.efficiency("hopper").kernels.gemm[precision]
     model = sum(fit_blackwell_gemm.layer_ms(kernel, chip, ELEMENT_BYTES[precision], shapes).values())
