@@ -13,6 +13,7 @@ import yaml
 import meshplan
 from meshplan import catalog
 from meshplan.costs.compute import Roofline
+from meshplan.specs.device import BYTES_PER_ELEMENT
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = yaml.safe_load((ROOT / "tests" / "data" / "published_gemms.yaml").read_text())
@@ -21,7 +22,6 @@ fit_blackwell_gemm = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fit_blackwell_gemm)
 
 KERNELS = catalog.efficiency("blackwell").kernels
-ELEMENT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
 
 def test_the_catalog_holds_what_the_fit_gives():
@@ -38,7 +38,7 @@ def test_b300_layer_gemms_per_pass_within_7_percent(key):
     precision = key.split("_")[0]
     chip = fit_blackwell_gemm.chip_of(device, precision)
     shapes = fit_blackwell_gemm.pass_shapes(fit["tokens"], fit["gemms"])
-    model = fit_blackwell_gemm.layer_ms(KERNELS.gemm[key], chip, ELEMENT_BYTES[precision], shapes)
+    model = fit_blackwell_gemm.layer_ms(KERNELS.gemm[key], chip, BYTES_PER_ELEMENT[precision], shapes)
     for p, measured in fit["ms"][key].items():
         assert model[p] == pytest.approx(measured, rel=0.07), (p, model[p], measured)
     assert sum(model.values()) == pytest.approx(sum(fit["ms"][key].values()), rel=0.005)
@@ -49,7 +49,7 @@ def _held_out(precision: str) -> list[tuple[int, float, float]]:
     roof = Roofline.of(catalog.device(h["device"]), catalog.efficiency("blackwell"), precision)
     out = []
     for m, measured in zip(h["m"], h["tflop_per_s"][precision]):
-        seconds = float(roof.matmul_s(m, h["k"], h["n"], ELEMENT_BYTES[precision]))
+        seconds = float(roof.matmul_s(m, h["k"], h["n"], BYTES_PER_ELEMENT[precision]))
         out.append((m, 2.0 * m * h["k"] * h["n"] / seconds / 1e12, measured))
     return out
 
@@ -93,6 +93,6 @@ def test_h200_nvl_layer_gemms_held_out_on_the_hopper_kernels(precision):
     chip = fit_blackwell_gemm.chip_of(device, precision)
     shapes = fit_blackwell_gemm.pass_shapes(DATA["fit"]["tokens"], DATA["fit"]["gemms"])
     kernel = catalog.efficiency("hopper").kernels.gemm[precision]
-    model = sum(fit_blackwell_gemm.layer_ms(kernel, chip, ELEMENT_BYTES[precision], shapes).values())
+    model = sum(fit_blackwell_gemm.layer_ms(kernel, chip, BYTES_PER_ELEMENT[precision], shapes).values())
     measured = sum(h["ms"][precision].values())
     assert model == pytest.approx(measured, rel={"bf16": 0.03, "fp8": 0.12}[precision])
