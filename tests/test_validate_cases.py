@@ -126,7 +126,8 @@ def test_framework_spellings_pick_the_catalog_preset(spelling):
 
 
 @pytest.mark.parametrize("spelling, preset", [
-    ("NeMo 2.0", "nemo"), ("NeMo 24.07", "nemo-launcher"), ("Megatron-LM v3", "megatron-lm"), ("DeepSpeed 0.9.2", "deepspeed"), ("torchtitan", "torchtitan"),
+    ("NeMo 2.0", "nemo"), ("NeMo 24.07", "nemo-launcher"), ("Megatron-LM v3", "megatron-lm"), ("Megatron", "megatron-lm"),
+    ("DeepSpeed 0.9.2", "deepspeed"), ("torchtitan", "torchtitan"),
     ("MosaicML Composer", "llm-foundry"), ("llm-foundry 0.10", "llm-foundry"), ("FSDP2", "pytorch-fsdp"),
 ])
 def test_framework_names_may_carry_a_version(spelling, preset):
@@ -319,10 +320,48 @@ def test_devices_per_node_is_honoured_on_single_node_domains():
     assert four.predicted_step_time_s > eight.predicted_step_time_s
 
 
-@pytest.mark.parametrize(("cluster", "per_node"), [("gb200-nvl72", 8), ("dgx-a100-80gb", 3), ("dgx-a100-80gb", 0)])
+@pytest.mark.parametrize(("cluster", "per_node"), [("gb200-nvl72", 8), ("dgx-a100-80gb", 3), ("dgx-a100-80gb", 0),
+                                                 ("dgx-a100-80gb", 16), ("dgx-a100-80gb", 2**63)])
 def test_devices_per_node_that_cannot_be_honoured_is_rejected(cluster, per_node):
     result = run_case(case(hardware__cluster=cluster, hardware__devices_per_node=per_node), 0)
     assert result.error.startswith("sc21_1p7b.hardware.devices_per_node")
+
+
+@pytest.mark.parametrize(("path", "value", "field"), [
+    ("precision", [1, 2], "precision"),
+    ("precision", {}, "precision"),
+    ("parallelism__tp", True, "tp"),
+    ("parallelism__pp", "8", "pp"),
+    ("batch__micro_batch_size", True, "micro_batch_size"),
+    ("model__num_layers", "24", "num_layers"),
+    ("parallelism__zero_stage", True, "zero_stage"),
+    ("parallelism__sequence_parallel", "abc", "sequence_parallel"),
+    ("parallelism__sequence_parallel", [], "sequence_parallel"),
+])
+def test_a_value_of_the_wrong_kind_is_refused_naming_its_field(path, value, field):
+    """SCHEMA.md: numbers given as strings are not valid, nor is true a count of one; a list or a
+    mapping where a word belongs is refused by name, never an internal error."""
+    error = run_case(case(**{path: value}), 0).error
+    assert error is not None and "internal" not in error
+    assert error.split(":")[0].endswith(field), error
+
+
+@pytest.mark.parametrize("value", [1.5, "abc", [1, 2], None, True])
+def test_an_moe_block_that_is_not_a_mapping_is_refused(value):
+    moe = case(model__arch="moe")
+    moe["model"]["moe"] = value
+    error = run_case(moe, 0).error
+    assert error.startswith("sc21_1p7b.model.moe") and "internal" not in error
+
+
+@pytest.mark.parametrize(("recompute", "zero_stage"), [("abc", 1), ("full", "abc")])
+def test_a_recipe_switch_does_not_hide_a_bad_value_it_would_override(recompute, zero_stage):
+    """recompute_modules sets selective recomputation and Megatron-FSDP ZeRO-3, each over what
+    the case says; what the case says must still be a valid value."""
+    bad = case(parallelism__activation_recompute=recompute, parallelism__zero_stage=zero_stage)
+    bad["parallelism"].update(recompute_modules=["core_attn"], use_megatron_fsdp=True)
+    error = run_case(bad, 0).error
+    assert error is not None and "internal" not in error
 
 
 def test_nvl72_trays_of_four_are_the_catalog_node():
@@ -390,5 +429,11 @@ def test_free_text_dlrm_interaction_as_schema_allows():
     }
     result = run_case(dlrm, 0)
     assert result.error is None and result.predicted_step_time_s > 0
+    for key, value in (("precision", ""), ("precision", []), ("batch", None)):
+        error = run_case({**dlrm, key: value}, 0).error
+        assert error.startswith(f"dcn.{'batch' if key == 'batch' else 'plan.precision'}") and "internal" not in error, error
+    for key, value in (("multi_hot_sizes", [True] * 26), ("bytes_per_emb_param", "2")):
+        error = run_case({**dlrm, "model": {**dlrm["model"], key: value}}, 0).error
+        assert error is not None and key in error, error
     short = run_case({**dlrm, "model": {**dlrm["model"], "interaction": "dcnv2 3", "dcn_low_rank_dim": 512}}, 0)
     assert short.predicted_step_time_s == pytest.approx(result.predicted_step_time_s, rel=1e-12)

@@ -26,7 +26,7 @@ _MODEL_FIELDS = (
 def _get(case: dict, path: str, where: str):
     node = case
     for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
+        if not isinstance(node, dict) or node.get(key) is None:  # YAML's null is "not set"
             raise MeshplanError(f"{where}.{path}", None, "this field is required by the validation schema")
         node = node[key]
     return node
@@ -36,9 +36,10 @@ def _get(case: dict, path: str, where: str):
 #: runs Megatron-Core (the megatron-core preset is read from its performance recipes); mcore is
 #: Megatron-Core's own short name; llmfoundry is llm-foundry's package name and Composer its
 #: trainer (MosaicML's); FSDP runs of other trainers take PyTorch FSDP's defaults; Megatron-DeepSpeed and GPT-NeoX run
-#: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO)
-_FRAMEWORK_ALIASES = {"megatron-bridge": "megatron-core", "mcore": "megatron-core", "llmfoundry": "llm-foundry",
-                      "composer": "llm-foundry", "mosaicml": "llm-foundry", "mosaicml-composer": "llm-foundry",
+#: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO); Megatron alone is the
+#: Megatron-LM repository and its command-line defaults (--overlap-grad-reduce and the like are opt-in)
+_FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-core", "mcore": "megatron-core",
+                      "llmfoundry": "llm-foundry", "composer": "llm-foundry", "mosaicml": "llm-foundry", "mosaicml-composer": "llm-foundry",
                       "mosaicml-llm-foundry": "llm-foundry", "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp",
                       "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
 
@@ -75,6 +76,12 @@ def _name(value):
     """A name as the catalog spells it: lower case, hyphens for underscores and spaces
     ("Megatron_Core", "PyTorch FSDP", "FP8_CS"); other values as given."""
     return _word(value).replace("_", "-").replace(" ", "-") if isinstance(value, str) else value
+
+
+def _zero_stage(value) -> bool:
+    """Whether ``value`` is a ZeRO stage as the schema writes one, 0 to 3 (another is left for
+    the plan's validation to name, not overridden)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3
 
 
 def _recompute(value):
@@ -127,6 +134,15 @@ _MOMENT_STATES = {"bf16": "bf16_moments", "bfloat16": "bf16_moments", "torch.bfl
                   "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32"}
 
 
+def _lookup(table: dict, key, default):
+    """``table[key]``, or ``default`` where the key is not there or cannot be (a list or a mapping
+    where the schema wants a word: the plan's validation then names the field and its values)."""
+    try:
+        return table.get(key, default)
+    except TypeError:
+        return default
+
+
 def _ep_overlap(value):
     """Plan.ep_overlap from a case: meshplan's word, or Megatron-Core's boolean switch."""
     if isinstance(value, bool):
@@ -141,7 +157,9 @@ def case_inputs(case: dict, where: str) -> dict:
     model_data["id"] = str(case.get("id", "case"))
     model_data["name"] = str(model.get("name", ""))
     if _word(model.get("arch")) == "moe":  # SCHEMA.md's moe block: experts, top_k, expert FFN, shared, leading dense
-        moe = dict(_get(case, "model.moe", where))
+        moe = _get(case, "model.moe", where)
+        if not isinstance(moe, dict):
+            raise MeshplanError(f"{where}.model.moe", moe, "a mapping of the experts' fields (SCHEMA.md: num_experts, top_k, ...)")
         if moe.get("expert_ffn_hidden_size") is None and model.get("ffn_hidden_size") is None:
             raise MeshplanError(f"{where}.model.moe.expert_ffn_hidden_size", None,
                                 "each expert's FFN width, a positive integer (or model.ffn_hidden_size, which it defaults to)")
@@ -167,7 +185,7 @@ def case_inputs(case: dict, where: str) -> dict:
         "pp": _option(par, "pp", 1),
         "cp": _option(par, "cp", 1),
         "ep": _option(par, "ep", 1),
-        "sequence_parallel": bool(_option(par, "sequence_parallel", False)),
+        "sequence_parallel": _option(par, "sequence_parallel", False),
         "virtual_pipeline_stages": _option(par, "virtual_pipeline_stages", 1),
         "zero_stage": _option(par, "zero_stage", 0),
         "recompute": _recompute(_option(par, "activation_recompute", "none")),
@@ -176,7 +194,7 @@ def case_inputs(case: dict, where: str) -> dict:
         "seq_len": seq_len,
     }
     precision = _word(_option(case, "precision", "bf16"))
-    plan["precision"], scaling = _PRECISION_ALIASES.get(_name(precision), (precision, None))
+    plan["precision"], scaling = _lookup(_PRECISION_ALIASES, _name(precision), (precision, None))
     if scaling:  # the recipe the precision names wins over the framework's default
         plan["fp4_scaling" if plan["precision"] == "fp4" else "fp8_scaling"] = scaling
     if par.get("dp") is not None:
@@ -196,23 +214,25 @@ def case_inputs(case: dict, where: str) -> dict:
         plan["ep_overlap"] = _ep_overlap(ep_overlap)
     dispatch = _option(par, "ep_dispatch", par.get("moe_token_dispatcher_type"))
     if dispatch is not None:  # and the dispatcher that carried them
-        plan["ep_dispatch"] = _DISPATCHERS.get(_word(dispatch), _word(dispatch))
+        plan["ep_dispatch"] = _lookup(_DISPATCHERS, _word(dispatch), _word(dispatch))
     stored = _option(par, "fp8_params", par.get("fp8_param_gather", par.get("fp4_param_gather")))
     if stored is not None:  # FP8/FP4 primary weights (Megatron-Core's fp8_param_gather, fp4_param_gather)
         plan["fp8_params"] = stored
     state = _option(par, "optimizer_state", None)
     moments = _word(par.get("exp_avg_dtype"))
     if state is None and moments is not None:  # Megatron-Core's precision-aware optimizer: its moments' dtype
-        state = _MOMENT_STATES.get(moments, moments)
+        state = _lookup(_MOMENT_STATES, moments, moments)
     if state is not None:  # how Adam kept its state
         plan["optimizer_state"] = _word(state)
-    if _option(par, "use_megatron_fsdp", False) is True:  # Megatron-FSDP, as Bridge's recipes run it
-        plan["zero_stage"] = 3  # optim_grads_params: weights, gradients and optimizer state sharded
+    # Megatron-FSDP, as Bridge's recipes run it: optim_grads_params shards weights, gradients and
+    # optimizer state
+    if _option(par, "use_megatron_fsdp", False) is True and _zero_stage(plan["zero_stage"]):
+        plan["zero_stage"] = 3
     offloaded = _option(par, "activation_offload_layers", par.get("cpu_offloading_num_layers"))
     if offloaded is not None:  # layers whose activations wait in host memory (Megatron-Core's name too)
         plan["activation_offload_layers"] = offloaded
     modules = _option(par, "recompute_modules", None)
-    if modules is not None and plan["recompute"] != "full":  # Megatron-Core reads them under selective granularity only
+    if modules is not None and plan["recompute"] in ("none", "selective"):  # Megatron-Core reads them under selective granularity only
         plan.update(recompute="selective", selective_recompute="modules", recompute_modules=modules)
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
@@ -246,7 +266,7 @@ def dlrm_case_inputs(case: dict, where: str) -> dict:
         plan = {"global_batch_size": _get(case, "batch.global_batch_samples", where)}
     if strategy:
         plan["strategy"] = strategy
-    if case.get("precision"):
+    if case.get("precision") is not None:
         plan["precision"] = _word(case["precision"])  # the MLPs' matmul precision (SCHEMA.md)
     return {
         "model": model_data,

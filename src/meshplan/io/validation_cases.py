@@ -8,9 +8,10 @@ Each case is checked and predicted on its own (SCHEMA.md, rules for readers): a 
 malformed or cannot be predicted is reported with its id, the field and why (``error``), never
 dropped silently, and the others are still scored. A measured step time must be a finite,
 positive number. ``hardware.devices_per_node`` is honoured: the cluster's scale-up domain takes
-that many devices (same per-device links), or the case is reported as an error. A run larger
-than the catalog cluster's ``max_devices`` (the largest such system listed) is predicted on more
-of the same nodes: the measurement shows the system existed at that size. How a case's fields
+that many devices (same per-device links; at most the catalog's node, a larger one is another
+system), or the case is reported as an error. A run larger than the catalog cluster's
+``max_devices`` (the largest such system listed) is predicted on more of the same nodes: the
+measurement shows the system existed at that size. How a case's fields
 become estimate inputs (spellings, framework eras, recipe switches) is meshplan.io.case_inputs.
 """
 
@@ -186,8 +187,9 @@ def known_architecture(model_data: dict) -> str | None:
         dims = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
         if any(model_data.get(k) != getattr(known, k) for k in dims):
             return None
-        if known.moe is not None and (model_data.get("moe") or {}).get("num_experts") != known.moe.num_experts:
-            return None
+        moe = model_data.get("moe")
+        if known.moe is not None and (not isinstance(moe, dict) or moe.get("num_experts") != known.moe.num_experts):
+            return None  # not the catalog's experts (a malformed moe is the model's validation to name)
         added = [k for k in _ARCHITECTURE_ONLY if k not in model_data and getattr(known, k) != type(known).model_fields[k].default]
         for key in added:
             model_data[key] = getattr(known, key).model_dump() if key == "mla" else getattr(known, key)
@@ -248,7 +250,7 @@ def _cluster(case: dict, case_id: str):
     levels = cluster.levels
     outer = levels[1].size if len(levels) > 1 else None
     whole_nodes = not isinstance(devices, int) or devices <= per_node or devices % per_node == 0
-    if (cluster.node_devices is not None or len(levels) < 2 or not whole_nodes
+    if (cluster.node_devices is not None or len(levels) < 2 or not whole_nodes or per_node > cluster.devices_per_node
             or (outer is not None and (per_node >= outer or outer % per_node))):
         named = (f"{cluster.devices_per_node} devices per node ({cluster.scale_up_devices} in its {levels[0].name} domain, "
                  "which may also be given)" if cluster.node_devices is not None else f"{cluster.devices_per_node} devices per node")

@@ -36,8 +36,20 @@ Fraction = Annotated[float, Field(gt=0, le=1)]
 #: counts stop at 2**53, the largest integer a float holds exactly: every count ends up in float
 #: arithmetic, and a larger one is a typo (or a fuzzer), not a cluster
 MAX_COUNT = 2**53
-Count = Annotated[int, Field(ge=1, le=MAX_COUNT)]
-Natural = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+
+
+def _number(value: object) -> object:
+    """A count or a plain number is a number: ``true`` is not 1 and ``"8"`` not 8 (SCHEMA.md:
+    numbers given as strings are not valid), which pydantic's lax numbers would take."""
+    if isinstance(value, (bool, str)):
+        raise ValueError("a number (not true/false or text)")
+    return value
+
+
+Count = Annotated[int, BeforeValidator(_number), Field(ge=1, le=MAX_COUNT)]
+Natural = Annotated[int, BeforeValidator(_number), Field(ge=0, le=MAX_COUNT)]
+#: a plain positive number without a unit (lookups per sample, bytes per parameter)
+Positive = Annotated[float, BeforeValidator(_number), Field(gt=0)]
 
 
 def build(cls: type[Spec], data: object, where: str):

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from meshplan.specs.base import Count, Natural, Spec
+from meshplan.specs.base import Count, Natural, Positive, Spec
 
 InteractionKind = Literal["dot", "cat", "dcnv2", "transformer"]
 EmbeddingOptimizer = Literal["rowwise_adagrad", "adagrad", "sgd"]
@@ -112,14 +112,14 @@ class DLRMModel(Spec):
     embedding_dim: Count
     # per-table lists
     table_rows: tuple[Count, ...] | None = None
-    multi_hot_sizes: tuple[float, ...] | None = None
+    multi_hot_sizes: tuple[Positive, ...] | None = None
     bottom_mlp: tuple[Count, ...] | None = None
     top_mlp: tuple[Count, ...] | None = None
     num_dense_features: Count | None = None
     # uniform tables
     num_tables: Count | None = None
     rows_per_table: Count | None = None
-    pooling_factor: float | None = Field(default=None, gt=0)
+    pooling_factor: Positive | None = None
     bottom_mlp_layers: Natural | None = None
     top_mlp_layers: Count | None = None
     mlp_width: Count | None = None
@@ -129,8 +129,8 @@ class DLRMModel(Spec):
     dcn_low_rank_dim: Count | None = None  # None: full-rank cross layers
     transformer: TransformerInteraction | None = None
     moe: DLRMMoE | None = None
-    bytes_per_emb_param: float = Field(default=4.0, gt=0)
-    bytes_per_dense_param: float = Field(default=4.0, gt=0)
+    bytes_per_emb_param: Positive = 4.0
+    bytes_per_dense_param: Positive = 4.0
     embedding_optimizer: EmbeddingOptimizer = "rowwise_adagrad"
     dense_optimizer: DenseOptimizer = "adagrad"
     sources: dict[str, str] = Field(default_factory=dict)

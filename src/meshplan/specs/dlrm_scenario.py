@@ -74,8 +74,10 @@ def make_dlrm_scenario(model: DLRMModel, cluster: Cluster, plan: dict, num_devic
     batch = _count("plan.global_batch_size", plan["global_batch_size"])
     if batch % devices:
         raise MeshplanError("plan.global_batch_size", batch, f"must be a multiple of the device count {devices}")
-    precision = plan.get("precision") or default_precision(model, cluster)
-    if precision not in MATMUL_PRECISIONS or precision not in cluster.device.peak_flop_per_s:
+    precision = plan.get("precision")
+    if precision is None:
+        precision = default_precision(model, cluster)
+    if not isinstance(precision, str) or precision not in MATMUL_PRECISIONS or precision not in cluster.device.peak_flop_per_s:
         supported = [p for p in MATMUL_PRECISIONS if p in cluster.device.peak_flop_per_s]
         raise MeshplanError("plan.precision", precision, f"{cluster.device.id} runs {', '.join(supported)}")
     strategy = build(Strategy, plan.get("strategy") or {}, "strategy")

@@ -72,7 +72,7 @@ class Plan(Spec):
     # ("Et*2|(t*2|)*38,tL": E the embedding, t a decoder layer, L the loss; parse_pipeline_layout)
     pipeline_layout: str | None = None
     schedule: Schedule = "1f1b"
-    zero_stage: int = Field(default=0, ge=0, le=3)  # 3 is FSDP full shard
+    zero_stage: Natural = Field(default=0, le=3)  # 3 is FSDP full shard
     # ZeRO/FSDP shard over groups of this many data-parallel ranks and replicate across the
     # groups (hybrid sharding, PyTorch FSDP HYBRID_SHARD / HSDP); None: over all dp ranks
     zero_shard_size: Count | None = None
