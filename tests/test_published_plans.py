@@ -225,6 +225,25 @@ def test_folding_keeps_flop_and_moves_expert_weights():
     assert folded.ep_comms[0].span.size == 8
 
 
+def test_expert_parallelism_spans_the_context_parallel_ranks():
+    """Megatron-Core lays the experts' ranks in the attention's order with cp dropped
+    (parallel_state, core_v0.15.0): ep starts next to tp, over the cp ranks (which see different
+    tokens) before dp's, so ep may exceed dp and an ep of 8 at cp 2 stays in one 8-GPU node."""
+    from meshplan.parallel.mesh import expert_mesh
+    from meshplan.parallel.program import build_program
+
+    base = dict(num_devices=16, tp=1, cp=2, global_batch_size=64, seq_len=8192, recompute="full", zero_stage=1)
+    wide = api.scenario("mixtral-8x7b", "dgx-h100", **base, ep=8)  # dp 8: ep | dp, yet over cp first
+    assert expert_mesh(wide.plan) == (1, 1, 2, 8)
+    assert build_program(wide).kinds["moe_layer"].ep_comms[0].span.size == 8
+    assert [hop.members for hop in build_program(wide).kinds["moe_layer"].ep_comms[0].span.hops] == [8]
+    beyond = api.scenario("mixtral-8x7b", "dgx-h100", **{**base, "num_devices": 8}, ep=8)  # dp 4 < ep 8 <= cp*dp
+    assert beyond.plan.dp == 4 and expert_mesh(beyond.plan) == (1, 1, 1, 8)
+    with pytest.raises(MeshplanError) as err:
+        api.scenario("mixtral-8x7b", "dgx-h100", **{**base, "num_devices": 4}, ep=8)
+    assert err.value.field == "plan.ep" and "cp*dp (4)" in err.value.valid
+
+
 def test_palm_6144_tpu_v4_chips_span_two_pods():
     """PaLM 540B (Chowdhery et al. 2022, Sec. 4): 6144 TPU v4 chips in two pods over the data-center network."""
     palm = {"id": "palm-540b", "num_layers": 118, "hidden_size": 18432, "num_attention_heads": 48, "num_kv_heads": 1,

@@ -62,7 +62,7 @@ def estimate(
     pp: Optional[int] = typer.Option(None, help="Pipeline-parallel degree."),
     dp: Optional[int] = typer.Option(None, help="Data-parallel degree (default: inferred)."),
     cp: Optional[int] = typer.Option(None, help="Context-parallel degree."),
-    ep: Optional[int] = typer.Option(None, help="Expert-parallel degree (MoE models; divides dp)."),
+    ep: Optional[int] = typer.Option(None, help="Expert-parallel degree (MoE models; divides cp*dp)."),
     global_batch: Optional[int] = typer.Option(None, help="Sequences per step."),
     micro_batch: Optional[int] = typer.Option(None, help="Sequences per micro-batch."),
     seq_len: Optional[int] = typer.Option(None, help="Tokens per sequence (default: the model's)."),

@@ -55,13 +55,11 @@ def expert_mesh(plan: Plan) -> tuple[int, int, int, int]:
 
     Megatron-Core lays the experts over the same tp x cp x dp ranks as the attention, as
     expert-tp x ep x expert-dp, expert-tp innermost ("MoE parallel folding", Liu et al. 2025,
-    arXiv:2504.14960). With expert-tp = tp (Megatron-Core's default) ep is carved out of dp;
-    with expert-tp = 1 (as Megatron-Bridge's MoE recipes set) ep starts at the innermost rank
-    and may span the tp ranks too.
+    arXiv:2504.14960; Megatron-Core 0.15 parallel_state.initialize_model_parallel builds the
+    experts' ranks in the attention's order with cp dropped): ep starts next to expert-tp, so it
+    spans the context-parallel ranks before the data-parallel ones, and with expert-tp = 1 (as
+    Megatron-Bridge's MoE recipes set) the tp ranks too.
     """
     etp = plan.expert_tp or plan.tp
     inner = plan.tp * plan.cp * (plan.dp or 1)
-    if etp == plan.tp:  # ep inside dp; the experts' replicas are the rest of dp x cp
-        stride = plan.tp * plan.cp
-        return etp, stride, plan.cp * (plan.dp or 1) // plan.ep, plan.tp if plan.cp > 1 else stride * plan.ep
     return etp, etp, inner // (etp * plan.ep), etp * plan.ep

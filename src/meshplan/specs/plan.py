@@ -52,7 +52,7 @@ class Plan(Spec):
     cp: Count = 1
     ep: Count = 1
     # tensor parallelism inside each routed expert (Megatron-Core expert_tensor_parallel_size);
-    # None: tp when ep divides dp, else 1 (MoE parallel folding: ep spans the tp ranks too)
+    # None: tp when ep divides cp*dp, else 1 (MoE parallel folding: ep spans the tp ranks too)
     expert_tp: Count | None = None
     sequence_parallel: bool = False
     micro_batch_size: Count = 1

@@ -17,21 +17,23 @@ from meshplan.specs.plan import Plan, Task, group_problem, interleave_group, par
 
 def _expert_tp(p: Plan, dp: int) -> int:
     """The experts' tensor-parallel degree (parallel.mesh.expert_mesh), checked against the mesh:
-    by default tp when ep divides dp, else 1 where that folding is possible."""
+    by default tp when ep divides cp*dp (the ranks that see different tokens), else 1 where that
+    folding is possible."""
     inner = p.tp * p.cp * dp
     can_fold = p.tp > 1 and p.sequence_parallel and inner % p.ep == 0
     if p.expert_tp is None:
-        if dp % p.ep == 0:
+        if p.cp * dp % p.ep == 0:
             return p.tp
         if can_fold:
             return 1
         raise MeshplanError(
-            "plan.ep", p.ep, f"must divide dp ({dp}): expert parallelism is carved out of data parallelism",
+            "plan.ep", p.ep, f"must divide cp*dp ({p.cp * dp}): expert parallelism is carved out of the "
+            "context- and data-parallel ranks",
             hint=f"or, with tp > 1, sequence_parallel and expert_tp=1, divide tp*cp*dp ({inner})",
         )
     if p.expert_tp == p.tp:
-        if dp % p.ep:
-            raise MeshplanError("plan.ep", p.ep, f"must divide dp ({dp}) when the experts keep tp (expert_tp={p.tp})")
+        if p.cp * dp % p.ep:
+            raise MeshplanError("plan.ep", p.ep, f"must divide cp*dp ({p.cp * dp}) when the experts keep tp (expert_tp={p.tp})")
         return p.tp
     if p.expert_tp != 1:
         raise MeshplanError("plan.expert_tp", p.expert_tp, f"1 or tp ({p.tp})")
