@@ -80,10 +80,13 @@ def test_keywords_are_read_in_any_case():
 
 @pytest.mark.parametrize("spelling, precision, scaling", [
     ("MXFP8", "fp8", "block"), ("fp8-mx", "fp8", "block"), ("FP8-CS", "fp8", "current"), ("fp8_ds", "fp8", "delayed"),
-    ("NVFP4", "fp4", "nvfp4"), ("MXFP4", "fp4", "block"), ("float8", "fp8", None), ("bfloat16", "bf16", None), ("BF16", "bf16", None)])
+    ("NVFP4", "fp4", "nvfp4"), ("MXFP4", "fp4", "block"), ("float8", "fp8", None), ("bfloat16", "bf16", None), ("BF16", "bf16", None),
+    ("bf16-mixed", "bf16", None), ("16-mixed", "fp16", None), ("float8_e4m3fn", "fp8", None), ("FP8 hybrid", "fp8", None),
+    ("FP8 (delayed scaling)", "fp8", "delayed")])
 def test_precision_spellings_of_published_tables(spelling, precision, scaling):
-    """Megatron-Bridge's tables and PyTorch's dtype names; a named scaling recipe overrides the
-    framework's (megatron-core: current)."""
+    """Megatron-Bridge's tables, PyTorch's dtype names, Lightning's and NeMo's trainer precisions,
+    Transformer Engine's FP8 formats; a named scaling recipe overrides the framework's
+    (megatron-core: current)."""
     from meshplan.io.validation_cases import case_inputs
 
     plan = case_inputs(case(precision=spelling, framework="megatron-core"), "x")["plan"]

@@ -13,7 +13,7 @@ import re
 
 from meshplan import catalog
 from meshplan.errors import MeshplanError
-from meshplan.io.recipes import recipe_switches
+from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.strategy import LAYER_KINDS
 
@@ -44,14 +44,20 @@ _FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-co
                       "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
 
 
-#: precisions as published tables and training flags spell them: (plan precision, FP8 scaling or
-#: None for the framework's). Megatron-Bridge's performance tables write FP8-CS (current scaling),
-#: FP8-DS (delayed), FP8-MX and MXFP8 (a scale per block of 32) and NVFP4 (per block of 16, OCP
-#: MX and NVIDIA's NVFP4 formats); torchtitan and PyTorch say float8, bfloat16, float16
+#: precisions as published tables and training flags spell them (keyed by name_key: letters and
+#: digits only): (plan precision, FP8 scaling or None for the framework's). Megatron-Bridge's
+#: performance tables write FP8-CS (current scaling), FP8-DS (delayed), FP8-MX and MXFP8 (a scale
+#: per block of 32) and NVFP4 (per block of 16, OCP MX and NVIDIA's NVFP4 formats); torchtitan and
+#: PyTorch say float8, bfloat16, float16 (float8_e4m3fn the tensor dtype); PyTorch Lightning and
+#: NeMo's trainer bf16-mixed, 16-mixed (fp16 autocast) and bf16-true; Transformer Engine's FP8
+#: formats are E4M3 and HYBRID (E4M3 forward, E5M2 gradients), both FP8 GEMMs
 _PRECISION_ALIASES = {
-    "fp8-cs": ("fp8", "current"), "fp8-ds": ("fp8", "delayed"), "fp8-mx": ("fp8", "block"), "mxfp8": ("fp8", "block"),
-    "nvfp4": ("fp4", "nvfp4"), "mxfp4": ("fp4", "block"), "float8": ("fp8", None), "bfloat16": ("bf16", None),
-    "float16": ("fp16", None), "float32": ("fp32", None),
+    "fp8cs": ("fp8", "current"), "fp8current": ("fp8", "current"), "fp8currentscaling": ("fp8", "current"),
+    "fp8ds": ("fp8", "delayed"), "fp8delayed": ("fp8", "delayed"), "fp8delayedscaling": ("fp8", "delayed"),
+    "fp8mx": ("fp8", "block"), "mxfp8": ("fp8", "block"), "nvfp4": ("fp4", "nvfp4"), "mxfp4": ("fp4", "block"),
+    "float8": ("fp8", None), "float8e4m3fn": ("fp8", None), "fp8e4m3": ("fp8", None), "fp8hybrid": ("fp8", None),
+    "bfloat16": ("bf16", None), "bf16mixed": ("bf16", None), "bf16true": ("bf16", None),
+    "float16": ("fp16", None), "16mixed": ("fp16", None), "fp16mixed": ("fp16", None), "float32": ("fp32", None),
 }
 
 #: activation_recompute as a yes/no flag (Megatron-LM's --checkpoint-activations, DeepSpeed's
@@ -194,7 +200,7 @@ def case_inputs(case: dict, where: str) -> dict:
         "seq_len": seq_len,
     }
     precision = _word(_option(case, "precision", "bf16"))
-    plan["precision"], scaling = _lookup(_PRECISION_ALIASES, _name(precision), (precision, None))
+    plan["precision"], scaling = _lookup(_PRECISION_ALIASES, name_key(precision), (precision, None))
     if scaling:  # the recipe the precision names wins over the framework's default
         plan["fp4_scaling" if plan["precision"] == "fp4" else "fp8_scaling"] = scaling
     if par.get("dp") is not None:
