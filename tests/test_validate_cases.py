@@ -97,6 +97,13 @@ def test_precision_spellings_of_published_tables(spelling, precision, scaling):
     assert "fp4" in (run_case(case(precision="nvfp4", hardware__cluster="dgx-h100"), 0).error or "")
 
 
+@pytest.mark.parametrize("spelling", ["squared-relu", "Squared ReLU", "relu2"])
+def test_ffn_type_spellings_of_configs(spelling):
+    """NeMo's Nemotron configs write squared-relu, Hugging Face's relu2: the schema's squared_relu."""
+    expected = run_case(case(model__ffn_type="squared_relu"), 0).predicted_step_time_s
+    assert run_case(case(model__ffn_type=spelling), 0).predicted_step_time_s == expected
+
+
 def test_activation_recompute_may_be_a_flag():
     """--checkpoint-activations / activation_checkpointing: true is full recompute."""
     for flag, word in ((True, "full"), (False, "none")):

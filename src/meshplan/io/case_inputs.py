@@ -60,6 +60,11 @@ _PRECISION_ALIASES = {
     "float16": ("fp16", None), "16mixed": ("fp16", None), "fp16mixed": ("fp16", None), "float32": ("fp32", None),
 }
 
+#: ffn_type as configs spell it (keyed by name_key): NeMo's Nemotron configs say squared-relu,
+#: Hugging Face's Nemotron config relu2 (hidden_act), both the schema's squared_relu
+_FFN_TYPES = {"gelu": "gelu", "relu": "relu", "squaredrelu": "squared_relu", "relu2": "squared_relu",
+              "swiglu": "swiglu", "geglu": "geglu"}
+
 #: activation_recompute as a yes/no flag (Megatron-LM's --checkpoint-activations, DeepSpeed's
 #: activation_checkpointing): every layer recomputed, or none
 _RECOMPUTE_FLAGS = {True: "full", False: "none"}
@@ -159,7 +164,9 @@ def _ep_overlap(value):
 def case_inputs(case: dict, where: str) -> dict:
     """Keyword arguments for ``meshplan.estimate`` from one dense or MoE case."""
     model = _get(case, "model", where)
-    model_data = {k: _word(model[k]) if k == "ffn_type" else model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
+    model_data = {k: model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
+    if isinstance(model_data.get("ffn_type"), str):
+        model_data["ffn_type"] = _FFN_TYPES.get(name_key(model_data["ffn_type"]), _word(model_data["ffn_type"]))
     model_data["id"] = str(case.get("id", "case"))
     model_data["name"] = str(model.get("name", ""))
     if _word(model.get("arch")) == "moe":  # SCHEMA.md's moe block: experts, top_k, expert FFN, shared, leading dense
