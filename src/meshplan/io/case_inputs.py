@@ -39,8 +39,9 @@ def _get(case: dict, path: str, where: str):
 #: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO); Megatron alone is the
 #: Megatron-LM repository and its command-line defaults (--overlap-grad-reduce and the like are opt-in)
 _FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-core", "mcore": "megatron-core",
-                      "llmfoundry": "llm-foundry", "composer": "llm-foundry", "mosaicml": "llm-foundry", "mosaicml-composer": "llm-foundry",
-                      "mosaicml-llm-foundry": "llm-foundry", "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp",
+                      "llmfoundry": "llm-foundry", "composer": "llm-foundry", "mosaicml": "llm-foundry",
+                      "mosaicml-composer": "llm-foundry", "mosaicml-llm-foundry": "llm-foundry",
+                      "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp",
                       "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
 
 
@@ -172,7 +173,7 @@ def case_inputs(case: dict, where: str) -> dict:
     if _word(model.get("arch")) == "moe":  # SCHEMA.md's moe block: experts, top_k, expert FFN, shared, leading dense
         moe = _get(case, "model.moe", where)
         if not isinstance(moe, dict):
-            raise MeshplanError(f"{where}.model.moe", moe, "a mapping of the experts' fields (SCHEMA.md: num_experts, top_k, ...)")
+            raise MeshplanError(f"{where}.model.moe", moe, "a mapping of the experts' fields (num_experts, top_k, ...)")
         if moe.get("expert_ffn_hidden_size") is None and model.get("ffn_hidden_size") is None:
             raise MeshplanError(f"{where}.model.moe.expert_ffn_hidden_size", None,
                                 "each expert's FFN width, a positive integer (or model.ffn_hidden_size, which it defaults to)")

@@ -11,8 +11,8 @@ positive number. ``hardware.devices_per_node`` is honoured: the cluster's scale-
 that many devices (same per-device links; at most the catalog's node, a larger one is another
 system), or the case is reported as an error. A run larger than the catalog cluster's
 ``max_devices`` (the largest such system listed) is predicted on more of the same nodes: the
-measurement shows the system existed at that size. How a case's fields
-become estimate inputs (spellings, framework eras, recipe switches) is meshplan.io.case_inputs.
+measurement shows the system existed at that size. How a case's fields become estimate inputs
+(spellings, framework eras, recipe switches) is meshplan.io.case_inputs.
 """
 
 from __future__ import annotations
