@@ -429,13 +429,14 @@ def broken_case(draw):
 @fuzz(250)
 @given(case=broken_case(), more=st.booleans())
 def test_validation_cases(monkeypatch, capsys, tmp_path, case, more):
-    """A bad case is reported for that case, never for the file (exit 0); the cases it scores have
-    finite numbers."""
+    """A bad case is reported for that case, never for the file (exit 0), naming what is wrong, not
+    as an internal error; the cases it scores have finite numbers."""
     cases = [case, PUBLIC_CASES[0]] if more else [case]
     path = tmp_path / "cases.yaml"
     path.write_text(dump(cases, ".yaml") if can_dump(cases) else "[]")
-    code, _, err = check_run(monkeypatch, capsys, "validate", str(path), "--json")
+    code, out, err = check_run(monkeypatch, capsys, "validate", str(path), "--json")
     assert code == 0, err
+    assert "internal error" not in out, out
 
 
 # --- stores ----------------------------------------------------------------------------------------

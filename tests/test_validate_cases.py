@@ -374,6 +374,34 @@ def test_a_recipe_switch_does_not_hide_a_bad_value_it_would_override(recompute, 
     assert error is not None and "internal" not in error
 
 
+WRONG_KINDS = ([1, 2], {"a": 1}, True, "8", None, float("nan"), -1)
+
+
+def _fields(node, path=()):
+    for key, value in node.items():
+        yield (*path, key)
+        if isinstance(value, dict):
+            yield from _fields(value, (*path, key))
+
+
+@pytest.mark.skipif(not CASES.is_file(), reason="shared/validation is not beside the repo")
+@pytest.mark.parametrize("prefix", ["korthikanti22_175B", "mbridge_25.09_h100_deepseekv3", "madmax_dlrm"])
+def test_every_field_of_a_wrong_kind_is_an_error_that_names_it_or_a_score(prefix):
+    """Each field of a dense, an MoE (DeepSeek-V3, whose architecture the catalog completes) and a
+    DLRM public case, given each of WRONG_KINDS: the case is scored or refused by a field, never
+    an internal error."""
+    original = next(c for c in yaml.safe_load(CASES.read_text()) if c["id"].startswith(prefix))
+    for path in _fields(original):
+        for value in WRONG_KINDS:
+            broken = copy.deepcopy(original)
+            node = broken
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+            result = run_case(broken, 0)
+            assert result.error is None or "internal error" not in result.error, (path, value, result.error)
+
+
 def test_nvl72_trays_of_four_are_the_catalog_node():
     result = run_case(case(hardware__cluster="gb200-nvl72", hardware__devices_per_node=4), 0)
     assert result.error is None
