@@ -208,7 +208,7 @@ def case_inputs(case: dict, where: str) -> dict:
         "seq_len": seq_len,
     }
     precision = _word(_option(case, "precision", "bf16"))
-    plan["precision"], scaling = _lookup(_PRECISION_ALIASES, name_key(precision), (precision, None))
+    plan["precision"], scaling = _PRECISION_ALIASES.get(name_key(precision), (precision, None))
     if scaling:  # the recipe the precision names wins over the framework's default
         plan["fp4_scaling" if plan["precision"] == "fp4" else "fp8_scaling"] = scaling
     if par.get("dp") is not None:
