@@ -96,7 +96,7 @@ def test_interaction_with_layers_parses_and_bad_interaction_names_the_field():
     with pytest.raises(MeshplanError) as err:
         build(DLRMModel, {"embedding_dim": 16, "num_tables": 2, "rows_per_table": 10, "pooling_factor": 1,
                           "bottom_mlp_layers": 1, "top_mlp_layers": 1, "mlp_width": 8, "interaction": "attention"}, "model")
-    assert err.value.field == "model"
+    assert err.value.field == "model.interaction" and err.value.value == "attention"
     assert "dot, cat, dcnv2" in str(err.value)
 
 
@@ -128,7 +128,7 @@ def test_default_strategy_is_madmax_default():
 
 
 @pytest.mark.parametrize("text, field", [
-    ("embedding=(mp) dense=(tp,foo)", "strategy"),  # unknown strategy
+    ("embedding=(mp) dense=(tp,foo)", "strategy.dense"),  # unknown strategy
     ("embedding=(mp) desne=(tp)", "strategy"),  # unknown layer kind
     ("embedding=(mp dense=(tp)", "strategy"),  # malformed
     ("embedding mp", "strategy"),  # malformed
@@ -289,7 +289,7 @@ def test_mlperf_dcnv2_runs_on_a_dgx():
 
 @pytest.mark.parametrize("kwargs, field", [
     ({"strategy": "embedding=(mp) dense=(tp,fsdp,ddp)"}, "strategy.dense"),  # 3 levels on a 2-level cluster
-    ({"strategy": "embedding=(mp) dense=(foo)"}, "strategy"),
+    ({"strategy": "embedding=(mp) dense=(foo)"}, "strategy.dense"),
     ({"batch": 1000}, "plan.global_batch_size"),
     ({"tp": 8}, "plan.tp"),
     ({"devices": 12, "batch": 6144}, "num_devices"),  # not whole nodes

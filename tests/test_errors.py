@@ -241,6 +241,57 @@ def test_api_error_fields(kwargs, field, value):
     assert caught.value.value == value
 
 
+def _spec(kind: str, **changes) -> dict:
+    """A catalog entry as a mapping, with ``changes`` at dotted paths ("moe.top_k", "levels.1.size")."""
+    from meshplan import catalog
+
+    data = (catalog.cluster if kind == "cluster" else catalog.model)(changes.pop("id")).model_dump(mode="json")
+    for path, value in changes.items():
+        *parents, last = path.split("__")
+        target = data
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        target[int(last) if isinstance(target, list) else last] = value
+    return data
+
+
+#: checks across a spec's fields name the field that breaks them, not the whole spec (which
+#: they printed before: "model: got {'arch': 'dense', 'id': ..."), and the value it has
+CROSS_FIELD = [
+    ("model", {"id": "llama3-70b", "num_kv_heads": 3}, "model.num_kv_heads", 3),
+    ("model", {"id": "llama3-70b", "hidden_size": 8200}, "model.hidden_size", 8200),
+    ("model", {"id": "llama3-70b", "arch": "moe"}, "model.moe", None),
+    ("model", {"id": "deepseek-v3", "arch": "dense"}, "model.arch", "dense"),
+    ("model", {"id": "deepseek-v3", "moe__top_k": 300}, "model.moe.top_k", 300),
+    ("model", {"id": "deepseek-v3", "moe__first_dense_layers": 99}, "model.moe.first_dense_layers", 99),
+    ("model", {"id": "deepseek-v3", "ffn_hidden_size": None}, "model.ffn_hidden_size", None),
+    ("cluster", {"id": "dgx-h100", "levels__0__size": None}, "cluster.levels.0.size", None),
+    ("cluster", {"id": "dgx-h100", "levels__1__size": 12}, "cluster.levels.1.size", 12),
+    ("cluster", {"id": "dgx-h100", "levels__0__group_domains": 4}, "cluster.levels.0.group_domains", 4),
+    ("cluster", {"id": "tpu-v4-pod", "levels__0__torus_dims": [4, 4]}, "cluster.levels.0.torus_dims", (4, 4)),
+    ("cluster", {"id": "dgx-h100", "device__sources": {}}, "cluster.device.sources", []),
+]
+
+
+@pytest.mark.parametrize(("kind", "changes", "field", "value"), CROSS_FIELD)
+def test_cross_field_checks_name_the_field(kind, changes, field, value):
+    inputs = {"model": "llama3-70b", "cluster": "dgx-h100", kind: _spec(kind, **changes)}
+    with pytest.raises(MeshplanError) as caught:
+        meshplan.estimate(**inputs, num_devices=64, tp=8)
+    assert (caught.value.field, caught.value.value) == (field, value)
+    assert "{" not in str(caught.value)
+
+
+def test_a_validation_case_names_the_model_field(monkeypatch, capsys, tmp_path):
+    case = yaml.safe_load((Path(__file__).resolve().parent / "data" / "torchtitan_h100.yaml").read_text())[0]
+    case["model"]["num_kv_heads"] = 3
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump([case]))
+    code, out, _ = run_cli(monkeypatch, capsys, "validate", str(path), "--json")
+    assert code == 0  # the case is reported, the others would still be scored
+    assert json.loads(out)[0]["error"] == f"{case['id']}.model.num_kv_heads: got 3; a divisor of num_attention_heads (32)"
+
+
 def test_error_is_a_value_error():
     """Callers that catch ValueError keep working."""
     with pytest.raises(ValueError):

@@ -68,7 +68,8 @@ class ClusterPrice(Spec):
     def _cited(self) -> "ClusterPrice":
         missing = {"accelerator_usd", "node_usd"} - set(self.sources)
         if missing:
-            raise ValueError(f"sources must cite {sorted(missing)}")
+            raise MeshplanError("sources", sorted(self.sources), f"a source for each of accelerator_usd, node_usd; "
+                                f"missing {', '.join(sorted(missing))}")
         return self
 
 

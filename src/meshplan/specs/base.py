@@ -20,7 +20,7 @@ class Spec(BaseModel):
 def _quantity(kind: str):
     def parse(value: object) -> object:
         if isinstance(value, str):
-            return parse_quantity(value, kind)
+            return parse_quantity(value, kind, field="")  # the path names the field
         return value
 
     return BeforeValidator(parse)
@@ -67,6 +67,20 @@ def build(cls: type[Spec], data: object, where: str):
         raise from_validation_error(err, where) from None
 
 
+def _inner_path(where: str, loc: list[str], field: str) -> str:
+    """The dotted path of the field a validator names (MeshplanError.field) at ``loc`` under
+    ``where``. A field validator names its own field, alone or under its spec (``loc`` ends with
+    it); a model validator names a field of its spec (``top_k`` of ``model.moe``), which the
+    path keeps; a name that starts with ``where`` is whole."""
+    if not field or (loc and (field == loc[-1] or field.endswith(f".{loc[-1]}"))):
+        return ".".join(p for p in (where, *loc) if p)
+    if where and (field == where or field.startswith(f"{where}.")):
+        return field
+    if loc and field.startswith(f"{loc[-1]}."):
+        loc = loc[:-1]
+    return ".".join(p for p in (where, *loc, field) if p)
+
+
 def from_validation_error(err: ValidationError, where: str) -> MeshplanError:
     first = err.errors()[0]
     path = ".".join(str(p) for p in (where, *first["loc"]) if p != "")
@@ -79,9 +93,7 @@ def from_validation_error(err: ValidationError, where: str) -> MeshplanError:
     ctx = first.get("ctx") or {}
     inner = ctx.get("error")
     if isinstance(inner, MeshplanError):
-        if not first["loc"] and inner.field and not inner.field.startswith(where or "\0"):
-            # a model validator naming a field of its spec (``batch_size`` of ``task``)
-            path = ".".join(p for p in (where, inner.field) if p)
-        return MeshplanError(path, inner.value, inner.valid, hint=inner.hint)
+        return MeshplanError(_inner_path(where, [str(p) for p in first["loc"]], inner.field), inner.value,
+                             inner.valid, hint=inner.hint)
     message = message.removeprefix("Value error, ")
     return MeshplanError(path, value, message)

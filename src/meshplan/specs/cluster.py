@@ -131,11 +131,13 @@ class Cluster(Spec):
     @model_validator(mode="after")
     def _levels_nest(self) -> "Cluster":
         sizes = [lvl.size for lvl in self.levels]
-        for inner, outer in zip(sizes, sizes[1:]):
+        for index, (inner, outer) in enumerate(zip(sizes, sizes[1:])):
             if inner is None:
-                raise ValueError("only the outermost network level may leave size unset")
+                raise MeshplanError(f"levels.{index}.size", None,
+                                    "a size: only the outermost network level may leave it unset")
             if outer is not None and (outer <= inner or outer % inner):
-                raise ValueError(f"level sizes must grow by whole multiples, got {sizes}")
+                raise MeshplanError(f"levels.{index + 1}.size", outer,
+                                    f"a whole multiple of the level below's {inner} devices, larger than it")
         inner = 1
         for index, level in enumerate(self.levels):
             if level.torus_dims is not None and level.size is not None:

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from meshplan.errors import MeshplanError
 from meshplan.specs.base import Bytes, BytesPerS, FlopPerS, Fraction, Seconds, Spec
 from meshplan.specs.kernels import AttentionGeneration, AttentionSpeed, KernelModels
 
@@ -41,7 +42,7 @@ class EfficiencyCurve(Spec):
     def _sorted(self) -> "EfficiencyCurve":
         sizes = [p[0] for p in self.points]
         if any(s <= 0 for s in sizes) or sizes != sorted(sizes):
-            raise ValueError("points must have positive sizes in increasing order")
+            raise MeshplanError("points", sizes, "positive sizes in increasing order")
         return self
 
 
@@ -62,7 +63,7 @@ class PowerModel(Spec):
     def _positive(self) -> "PowerModel":
         bad = {p: j for p, j in self.joules_per_flop.items() if not j > 0}
         if bad:
-            raise ValueError(f"joules_per_flop must be positive, got {bad}")
+            raise MeshplanError("joules_per_flop", bad, "positive joules per flop for every precision")
         return self
 
 
@@ -122,7 +123,8 @@ class Device(Spec):
             needed.add("sustained_peak_fraction")
         missing = needed - set(self.sources)
         if missing:
-            raise ValueError(f"sources must cite {sorted(missing)}")
+            raise MeshplanError("sources", sorted(self.sources),
+                                f"a source for each of {', '.join(sorted(needed))}; missing {', '.join(sorted(missing))}")
         return self
 
     def with_compute_units(self, sm_count: int, idle_w: float = 0.0) -> "Device":
@@ -130,8 +132,6 @@ class Device(Spec):
         with them, and the power above ``idle_w`` that the TDP leaves for work scales with them
         too; memory, its bandwidth and the on-chip buffer stay. The rack-scale energy/latency
         study's sweep of compute units ("block size") per GPU (its Sec. IV-B)."""
-        from meshplan.errors import MeshplanError
-
         if self.sm_count is None:
             raise MeshplanError("device.sm_count", None, f"{self.id} states no SM count to scale from")
         if not isinstance(sm_count, int) or isinstance(sm_count, bool) or not 1 <= sm_count <= 100_000:
@@ -148,8 +148,6 @@ class Device(Spec):
 
     def peak(self, precision: str) -> float:
         """Peak dense flop/s for matmuls in ``precision``."""
-        from meshplan.errors import MeshplanError
-
         if precision not in self.peak_flop_per_s:
             supported = ", ".join(self.peak_flop_per_s)
             raise MeshplanError("plan.precision", precision, f"{self.id} supports {supported}")

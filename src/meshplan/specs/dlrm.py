@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from meshplan.errors import MeshplanError
 from meshplan.specs.base import Count, Natural, Positive, Spec
 
 InteractionKind = Literal["dot", "cat", "dcnv2", "transformer"]
@@ -53,7 +54,7 @@ def parse_interaction(text: str) -> dict:
     lowered = text.strip().lower()
     kind = next((name for pattern, name in _INTERACTION_WORDS if pattern.search(lowered)), None)
     if kind is None:
-        raise ValueError(f"interaction must be one of {INTERACTIONS}, got {text!r}")
+        raise MeshplanError("interaction", text, f"one of {INTERACTIONS}")
     out: dict = {"kind": kind}
     rest = lowered
     rank = _RANK.search(rest)
@@ -67,13 +68,13 @@ def parse_interaction(text: str) -> dict:
     elif len(numbers) == 1:
         out["layers"] = numbers[0]
     elif numbers:
-        raise ValueError(f"interaction {text!r}: say which number is the layer count, e.g. '{kind}, 3 layers'")
+        raise MeshplanError("interaction", text, f"one number as the layer count, e.g. '{kind}, 3 layers'")
     if kind in ("dot", "cat") and ("layers" in out or rank):
-        raise ValueError(f"interaction {kind} takes no layers or rank, got {text!r}")
+        raise MeshplanError("interaction", text, f"{kind} alone: it takes no layers or rank")
     if kind == "transformer" and rank:
-        raise ValueError(f"a transformer interaction takes no rank, got {text!r}")
+        raise MeshplanError("interaction", text, "transformer [N layers]: it takes no rank")
     if out.get("layers") == 0 or out.get("dcn_low_rank_dim") == 0:
-        raise ValueError(f"interaction {text!r}: layers and rank must be at least 1")
+        raise MeshplanError("interaction", text, "layers and rank of at least 1")
     if kind == "dcnv2" and "layers" in out:
         out["interaction_layers"] = out.pop("layers")
     return out
@@ -99,7 +100,7 @@ class DLRMMoE(Spec):
     @model_validator(mode="after")
     def _k_le_experts(self) -> "DLRMMoE":
         if self.top_k > self.num_experts:
-            raise ValueError(f"top_k ({self.top_k}) must not exceed num_experts ({self.num_experts})")
+            raise MeshplanError("top_k", self.top_k, f"at most num_experts ({self.num_experts})")
         return self
 
 
@@ -149,7 +150,7 @@ class DLRMModel(Spec):
             out["transformer"] = {**(data.get("transformer") or {}), **({"layers": layers} if layers else {})}
         for key, value in parsed.items():
             if out.get(key) not in (None, value):
-                raise ValueError(f"interaction {data['interaction']!r} says {key} {value}, but {key} is {out[key]}")
+                raise MeshplanError(key, out[key], f"{value}, as interaction {data['interaction']!r} says, or leave it out")
             out[key] = value
         return out
 
@@ -158,25 +159,29 @@ class DLRMModel(Spec):
         per_table = [f for f in _PER_TABLE if getattr(self, f) is not None]
         uniform = [f for f in _UNIFORM if getattr(self, f) is not None]
         if per_table and uniform:
-            raise ValueError(f"give per-table lists ({', '.join(_PER_TABLE)}) or uniform tables "
-                             f"({', '.join(_UNIFORM)}), not both: got {per_table[0]} and {uniform[0]}")
+            raise MeshplanError(uniform[0], getattr(self, uniform[0]),
+                                f"left out beside per-table lists ({per_table[0]} is given): per-table lists "
+                                f"({', '.join(_PER_TABLE)}) or uniform tables ({', '.join(_UNIFORM)}), not both")
         needed = _PER_TABLE if per_table else _UNIFORM
         missing = [f for f in needed if getattr(self, f) is None]
         if missing:
-            raise ValueError(f"{missing[0]} is required with {per_table[0] if per_table else 'uniform tables'}")
+            raise MeshplanError(missing[0], None, f"required with {per_table[0] if per_table else 'uniform tables'}")
         if per_table:
             if len(self.multi_hot_sizes) != len(self.table_rows):
-                raise ValueError(f"multi_hot_sizes has {len(self.multi_hot_sizes)} entries, table_rows {len(self.table_rows)}")
-            if not self.bottom_mlp or not self.top_mlp:
-                raise ValueError("bottom_mlp and top_mlp list at least one layer width each")
+                raise MeshplanError("multi_hot_sizes", self.multi_hot_sizes,
+                                    f"one entry per table: table_rows has {len(self.table_rows)}")
+            for name in ("bottom_mlp", "top_mlp"):
+                if not getattr(self, name):
+                    raise MeshplanError(name, getattr(self, name), "at least one layer width")
             if self.interaction == "dot" and self.bottom_mlp[-1] != self.embedding_dim:
-                raise ValueError(f"the dot interaction needs the bottom MLP to end at embedding_dim "
-                                 f"({self.embedding_dim}), got {self.bottom_mlp[-1]}")
+                raise MeshplanError("bottom_mlp", self.bottom_mlp,
+                                    f"a last width of embedding_dim ({self.embedding_dim}): the dot interaction needs it")
         elif self.interaction in ("dot", "dcnv2"):
-            raise ValueError(f"interaction {self.interaction} needs per-table lists (its width follows "
-                             "the tables); uniform tables take cat or transformer")
+            raise MeshplanError("interaction", self.interaction, "cat or transformer with uniform tables; dot and dcnv2 "
+                                "need per-table lists (their width follows the tables)")
         if self.interaction == "dcnv2" and self.interaction_layers is None:
-            raise ValueError("interaction dcnv2 needs its number of cross layers, e.g. 'dcnv2 3'")
+            raise MeshplanError("interaction_layers", None,
+                                "the number of cross layers dcnv2 needs, e.g. interaction 'dcnv2 3'")
         return self
 
     # --- tables ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from meshplan.errors import MeshplanError
 from meshplan.specs.base import Fraction, Seconds, Spec
 
 #: flash-attention generations (plan.attention_kernel, Efficiency.attention_kernels): FlashAttention-3
@@ -46,8 +47,10 @@ class GemmKernel(Spec):
 
     @model_validator(mode="after")
     def _valid(self) -> "GemmKernel":
-        if min(self.tile) < 1 or min(self.split_k) < 1:
-            raise ValueError("tile sizes and split_k factors must be >= 1")
+        if min(self.tile) < 1:
+            raise MeshplanError("tile", self.tile, "tile sizes of at least 1")
+        if min(self.split_k) < 1:
+            raise MeshplanError("split_k", self.split_k, "split-k factors of at least 1")
         return self
 
 
@@ -110,7 +113,8 @@ class MemoryKernels(Spec):
     @model_validator(mode="after")
     def _valid(self) -> "MemoryKernels":
         if "copy" not in self.classes:
-            raise ValueError("classes must give copy (it serves every class not listed)")
+            raise MeshplanError("classes", sorted(self.classes),
+                                "classes that include copy (it serves every class not listed)")
         return self
 
     def of(self, kind: str) -> MemoryClassKernel:
@@ -152,7 +156,8 @@ class KernelModels(Spec):
     @model_validator(mode="after")
     def _bf16_gemm(self) -> "KernelModels":
         if "bf16" not in self.gemm:
-            raise ValueError("gemm must give bf16 (it serves every precision not listed)")
+            raise MeshplanError("gemm", sorted(self.gemm),
+                                "precisions that include bf16 (it serves every precision not listed)")
         return self
 
     def gemm_of(self, precision: str, scaling: str | None = None) -> GemmKernel:

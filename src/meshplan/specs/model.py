@@ -44,7 +44,7 @@ class MoE(Spec):
     @model_validator(mode="after")
     def _top_k(self) -> "MoE":
         if self.top_k > self.num_experts:
-            raise ValueError(f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
+            raise MeshplanError("top_k", self.top_k, f"at most num_experts ({self.num_experts})")
         return self
 
     @property
@@ -92,29 +92,30 @@ class TransformerModel(Spec):
 
     @model_validator(mode="after")
     def _shapes(self) -> "TransformerModel":
-        if (self.arch == "moe") != (self.moe is not None):
-            raise ValueError("arch 'moe' and a moe: block go together")
+        if self.arch == "moe" and self.moe is None:
+            raise MeshplanError("moe", None, "a moe: block (num_experts, top_k, expert_ffn_hidden_size) with arch 'moe'")
+        if self.arch != "moe" and self.moe is not None:
+            raise MeshplanError("arch", self.arch, "'moe' for a model with a moe: block")
         if self.moe and self.moe.first_dense_layers > self.num_layers:
-            raise ValueError(f"moe.first_dense_layers {self.moe.first_dense_layers} exceeds num_layers {self.num_layers}")
+            raise MeshplanError("moe.first_dense_layers", self.moe.first_dense_layers,
+                                f"at most num_layers ({self.num_layers})")
         if self.ffn_hidden_size is None and self.dense_layers:
-            raise ValueError(
-                f"ffn_hidden_size is required: {self.dense_layers} layers have a dense FFN "
-                "(it may be left out only when every layer is MoE: moe.first_dense_layers 0)"
+            raise MeshplanError(
+                "ffn_hidden_size", None,
+                f"required: {self.dense_layers} layers have a dense FFN (it may be left out only when every "
+                "layer is MoE: moe.first_dense_layers 0)",
             )
         if self.head_dim is None and self.hidden_size % self.num_attention_heads:
-            raise ValueError(
-                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
-                f"{self.num_attention_heads}; give head_dim explicitly"
+            raise MeshplanError(
+                "hidden_size", self.hidden_size,
+                f"a multiple of num_attention_heads ({self.num_attention_heads}), or give head_dim explicitly",
             )
         if self.block != "layer" and self.num_layers != 1:
             raise MeshplanError("num_layers", self.num_layers, f"1: block {self.block!r} is one block of one decoder layer")
         if self.block != "layer" and self.moe:
             raise MeshplanError("block", self.block, "'layer' for a mixture-of-experts model (blocks are dense)")
         if self.num_attention_heads % self.kv_heads:
-            raise ValueError(
-                f"num_attention_heads {self.num_attention_heads} must be a multiple of "
-                f"num_kv_heads {self.kv_heads}"
-            )
+            raise MeshplanError("num_kv_heads", self.kv_heads, f"a divisor of num_attention_heads ({self.num_attention_heads})")
         return self
 
     @property
