@@ -282,6 +282,23 @@ def test_cross_field_checks_name_the_field(kind, changes, field, value):
     assert "{" not in str(caught.value)
 
 
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("num_layers", [], "model.num_layers: got []; a whole number"),
+    ("num_layers", 3.7, "model.num_layers: got 3.7; a whole number"),
+    ("num_layers", -1, "model.num_layers: got -1; at least 1"),
+    ("num_layers", float("nan"), "model.num_layers: got nan; a finite number"),
+    ("ffn_type", "relu3", "model.ffn_type: got 'relu3'; one of gelu, relu, squared_relu, swiglu, geglu"),
+    ("moe", [], "model.moe: got []; a mapping"),
+    ("tied_embeddings", "maybe", "model.tied_embeddings: got 'maybe'; true or false"),
+])
+def test_type_errors_say_what_is_valid_in_plain_words(field, value, message):
+    """pydantic's "Input should be a valid integer" / "greater than or equal to 1" read as what
+    would be valid, as meshplan's own checks do."""
+    with pytest.raises(MeshplanError) as caught:
+        meshplan.estimate(_spec("model", id="llama3-8b", **{field: value}), "dgx-h100", num_devices=8)
+    assert str(caught.value) == message
+
+
 def test_a_validation_case_names_the_model_field(monkeypatch, capsys, tmp_path):
     case = yaml.safe_load((Path(__file__).resolve().parent / "data" / "torchtitan_h100.yaml").read_text())[0]
     case["model"]["num_kv_heads"] = 3

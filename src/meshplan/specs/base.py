@@ -95,5 +95,34 @@ def from_validation_error(err: ValidationError, where: str) -> MeshplanError:
     if isinstance(inner, MeshplanError):
         return MeshplanError(_inner_path(where, [str(p) for p in first["loc"]], inner.field), inner.value,
                              inner.valid, hint=inner.hint)
-    message = message.removeprefix("Value error, ")
-    return MeshplanError(path, value, message)
+    return MeshplanError(path, value, _in_words(first["type"], ctx, message))
+
+
+#: pydantic's error types (pydantic-core's ErrorType), said as what would be valid
+_VALID = {
+    "int_type": "a whole number", "int_parsing": "a whole number", "int_from_float": "a whole number",
+    "int_parsing_size": "a whole number of at most 2**53", "float_type": "a number", "float_parsing": "a number",
+    "finite_number": "a finite number", "bool_type": "true or false", "bool_parsing": "true or false",
+    "string_type": "text", "dict_type": "a mapping", "model_type": "a mapping", "model_attributes_type": "a mapping",
+    "list_type": "a list", "tuple_type": "a list",
+}
+#: bounds (Field ge/gt/le/lt and lengths): the context key each names, and how it reads
+_BOUNDS = {
+    "greater_than_equal": ("ge", "at least {}"), "greater_than": ("gt", "more than {}"),
+    "less_than_equal": ("le", "at most {}"), "less_than": ("lt", "less than {}"),
+    "too_short": ("min_length", "at least {} entries"), "too_long": ("max_length", "at most {} entries"),
+}
+
+
+def _in_words(kind: str, ctx: dict, message: str) -> str:
+    """What would be valid, for a pydantic error of type ``kind``: plain words for the common
+    types, the choices of a literal listed, and pydantic's own message otherwise."""
+    if kind in _VALID:
+        return _VALID[kind]
+    if kind in _BOUNDS and _BOUNDS[kind][0] in ctx:
+        key, words = _BOUNDS[kind]
+        return words.format(ctx[key])
+    if kind == "literal_error" and "expected" in ctx:
+        choices = str(ctx["expected"]).replace(" or ", ", ").replace("'", "")
+        return f"one of {choices}"
+    return message.removeprefix("Value error, ")
