@@ -439,6 +439,38 @@ def test_validation_cases(monkeypatch, capsys, tmp_path, case, more):
     assert "internal error" not in out, out
 
 
+# --- stored results, damaged, drawn by meshplan report ------------------------------------------
+
+@pytest.fixture(scope="module")
+def stored_results(tmp_path_factory):
+    pytest.importorskip("plotly")
+    from report_inputs import write_inputs
+
+    paths_ = write_inputs(tmp_path_factory.mktemp("stored"))
+    return {name: json.loads(paths_[name].read_text()) for name in
+            ("estimate", "trace", "search", "validation", "inference", "dlrm")}
+
+
+@fuzz(120)
+@given(data=st.data(), value=HF_VALUE)
+def test_damaged_report_inputs(monkeypatch, capsys, tmp_path, stored_results, data, value):
+    """A stored estimate, search, validation or trace with one value changed or removed draws a
+    report or is refused in one line, never an internal error."""
+    kind = data.draw(st.sampled_from(sorted(stored_results)))
+    original = stored_results[kind]
+    path = data.draw(st.sampled_from([p for p in paths(original) if p]))
+    damaged = mutate(original, path, value, delete=data.draw(st.integers(0, 3)) == 0 and isinstance(path[-1], str))
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))
+    target = folder / f"{kind}.json"
+    target.write_text(json.dumps(damaged) if can_dump(damaged) else "{}")
+    if kind == "trace":
+        (folder / "estimate.json").write_text(json.dumps(stored_results["estimate"]))
+        check_run(monkeypatch, capsys, "report", str(folder / "estimate.json"), "--trace", str(target),
+                  "--out", str(folder / "r.html"))
+    else:
+        check_run(monkeypatch, capsys, "report", str(target), "--out", str(folder / "r.html"))
+
+
 # --- stores ----------------------------------------------------------------------------------------
 
 STORE_SEARCH = ["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--executor", "serial",

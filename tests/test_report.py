@@ -265,6 +265,55 @@ def test_bad_inputs_are_one_error_line(stored, tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "r.html").exists()
 
 
+def _damaged(data, path: tuple, value, delete: bool = False):
+    data = json.loads(json.dumps(data))
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    if delete:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return data
+
+
+#: (stored input, where a hand edit damaged it, the value put there or None to delete the key,
+#: the flag and the words the one error line must carry): each was an internal error
+DAMAGED = [
+    ("estimate", ("plan",), None, "INPUT", ["estimate --json", "it has no 'plan'"]),
+    ("estimate", ("breakdown", "compute_s"), "abc", "INPUT", ["breakdown.compute_s holds 'abc', not a number"]),
+    ("estimate", ("breakdown", "exposed_comm_s", "cp"), [1, 2], "INPUT", ["exposed cp holds [1, 2], not a number"]),
+    ("search", ("top", 0, "exposed_tp_s"), True, "INPUT", ["search --json", "top.0.exposed_tp_s holds True"]),
+    ("search", ("top", 1, "exposed_pp_s"), {"a": "b"}, "INPUT", ["top.1.exposed_pp_s.a holds 'b'"]),
+    ("validation", (1, "predicted_step_time_s"), "fast", "INPUT", ["validate --json", "1.predicted_step_time_s holds 'fast'"]),
+    ("validation", (0, "measured_step_time_s"), float("nan"), "INPUT", ["0.measured_step_time_s holds nan"]),
+    ("inference", ("memory", "capacity_bytes"), "80GB", "INPUT", ["memory.capacity_bytes holds '80GB'"]),
+    ("dlrm", ("energy", "memory_j"), "abc", "INPUT", ["energy.memory_j holds 'abc'"]),
+]
+
+
+@pytest.mark.parametrize(("kind", "path", "value", "flag", "words"), DAMAGED)
+@pytest.mark.parametrize("fmt", ["html", "png"])
+def test_a_damaged_stored_file_is_one_error_line_naming_it(stored, tmp_path, monkeypatch, capsys, kind, path, value,
+                                                          flag, words, fmt):
+    damaged = tmp_path / f"{kind}.json"
+    damaged.write_text(json.dumps(_damaged(json.loads(stored[kind].read_text()), path, value, delete=value is None)))
+    code, _, err = run_cli(monkeypatch, capsys, "report", str(damaged), "--out", str(tmp_path / "r"), "--format", fmt)
+    assert _one_error_line(code, err), err
+    assert err.startswith(f"error: {flag}: got '{damaged}'") and all(w in err for w in words), err
+
+
+def test_a_damaged_trace_is_one_error_line_naming_it(stored, tmp_path, monkeypatch, capsys):
+    trace = json.loads(stored["trace"].read_text())
+    first = next(i for i, e in enumerate(trace["traceEvents"]) if e.get("ph") == "X")
+    damaged = tmp_path / "trace.json"
+    damaged.write_text(json.dumps(_damaged(trace, ("traceEvents", first, "dur"), "long")))
+    code, _, err = run_cli(monkeypatch, capsys, "report", str(stored["estimate"]), "--trace", str(damaged),
+                           "--out", str(tmp_path / "r.html"))
+    assert _one_error_line(code, err), err
+    assert err.startswith(f"error: --trace: got '{damaged}'") and "estimate --trace" in err, err
+
+
 def test_a_missing_extra_is_named(stored, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "plotly", None)
     monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)

@@ -39,7 +39,7 @@ def write_report(input_path: str | Path, out: str | Path, fmt: str = "html", tra
         from meshplan.plots.static import pyplot
 
         pyplot(fmt)
-    built = report(load(input_path), load_trace(trace) if trace is not None else None, top, price)
+    built = report(load(input_path), load_trace(trace) if trace is not None else None, top, price, str(trace))
     out = Path(out)
     try:
         if fmt == "html":

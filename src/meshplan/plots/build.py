@@ -3,9 +3,12 @@ validation. Pure functions of the stored dicts and rows; nothing here runs a mod
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
+from meshplan.errors import MeshplanError
 from meshplan.explore.search import PLAN_COLUMNS
 from meshplan.plots.figures import Bars, Figure, Report, Scatter, Series, Table
-from meshplan.plots.inputs import Source
+from meshplan.plots.inputs import Source, writer
 from meshplan.plots.timeline import timeline
 
 #: the exposed communication columns of a stored row, per axis
@@ -19,23 +22,42 @@ MEMORY_CATEGORIES = ("weights_bytes", "low_precision_weights_bytes", "gradients_
                      "activations_bytes", "gathered_weights_bytes", "comm_buffers_bytes")
 
 
-def report(source: Source, trace: dict | None = None, top: int = 10, price: float | None = None) -> Report:
-    """Every figure the stored result supports, and the timeline of ``trace`` if given.
-    ``price`` (per device-hour) adds a search's front of step time against cost per step."""
+def report(source: Source, trace: dict | None = None, top: int = 10, price: float | None = None,
+           trace_path: str = "the trace") -> Report:
+    """Every figure the stored result supports, and the timeline of ``trace`` (read from
+    ``trace_path``) if given. ``price`` (per device-hour) adds a search's front of step time
+    against cost per step."""
     from meshplan.plots.build_other import dlrm_figures, inference_figures
 
     builders = {"estimate": estimate_figures, "inference": inference_figures, "dlrm": dlrm_figures,
                 "store": search_figures, "search": search_figures, "validation": validation_figures}
-    if source.kind in ("store", "search"):
-        figures, notes = search_figures(source, top, price)
-    else:
-        figures, notes = builders[source.kind](source, top)
+    with _as_written("INPUT", source.path, writer(source.kind)):
+        if source.kind in ("store", "search"):
+            figures, notes = search_figures(source, top, price)
+        else:
+            figures, notes = builders[source.kind](source, top)
     if trace is not None:
-        figures.append(timeline(trace, title="Per-device timeline" + (" of one step" if source.kind == "estimate" else "")))
+        with _as_written("--trace", trace_path, "estimate --trace"):
+            figures.append(timeline(trace, title="Per-device timeline" + (" of one step" if source.kind == "estimate" else "")))
     elif source.kind != "validation":
         notes.append("no timeline: pass the trace of the plan with --trace (meshplan estimate ... --trace FILE)")
     title = "meshplan " + {"store": "search", "search": "search", "validation": "validate"}.get(source.kind, "estimate")
     return Report(title, f"{source.kind}: {source.path}", tuple(figures), tuple(notes))
+
+
+@contextmanager
+def _as_written(flag: str, path: str, written_by: str):
+    """A stored file that has the shape of ``written_by``'s output but lacks a field the figures
+    read, or holds a value of another kind there (a damaged or hand-edited file), is bad input
+    naming the file, not an internal error."""
+    try:
+        yield
+    except MeshplanError:
+        raise
+    except KeyError as err:
+        raise MeshplanError(flag, path, f"a file as meshplan {written_by} writes it (it has no {err.args[0]!r})") from None
+    except (TypeError, ValueError, IndexError, AttributeError) as err:
+        raise MeshplanError(flag, path, f"a file as meshplan {written_by} writes it (a value of the wrong kind: {err})") from None
 
 
 # --- one estimate -------------------------------------------------------------------------

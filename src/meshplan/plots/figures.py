@@ -4,7 +4,18 @@ for its axis labels."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+
+def _numbers(what: str, values) -> None:
+    """Every value a figure draws is a finite number (a stored file edited by hand may hold
+    anything there); a TypeError or ValueError says which."""
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{what} holds {value!r}, not a number")
+        if not math.isfinite(value):
+            raise ValueError(f"{what} holds {value!r}, not a finite number")
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,11 @@ class Bars:
     line: float | None = None
     line_label: str = ""
 
+    def __post_init__(self):
+        for segment, values in self.series.items():
+            _numbers(f"{self.title}: {segment}", values)
+        _numbers(f"{self.title}: {self.line_label or 'line'}", () if self.line is None else (self.line,))
+
     def totals(self) -> tuple[float, ...]:
         """The height of each bar: its segments summed."""
         return tuple(sum(values[i] for values in self.series.values()) for i in range(len(self.categories)))
@@ -42,6 +58,10 @@ class Series:
     y: tuple[float, ...]
     labels: tuple[str, ...] = ()  # a hover text per point
     mode: str = "markers"  # markers, lines (a front: steps between the points) or lines+markers
+
+    def __post_init__(self):
+        _numbers(f"{self.name}: x", self.x)
+        _numbers(f"{self.name}: y", self.y)
 
 
 @dataclass(frozen=True)
@@ -68,6 +88,9 @@ class Span:
     start_s: float
     duration_s: float
     label: str  # what it stands for (a task, or "12 tasks")
+
+    def __post_init__(self):
+        _numbers(f"{self.lane}: {self.label}", (self.start_s, self.duration_s))
 
 
 @dataclass(frozen=True)

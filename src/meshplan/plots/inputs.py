@@ -14,6 +14,8 @@ Nothing here runs a model: a report can be rebuilt from these files alone.
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,15 @@ from meshplan.errors import MeshplanError
 KINDS = ("store", "search", "estimate", "inference", "dlrm", "validation")
 _CASE_KEYS = {"id", "group", "measured_step_time_s", "predicted_step_time_s", "relative_error"}
 _WHAT = "a meshplan search --store folder, or a JSON file written by meshplan estimate, search or validate --json"
+#: the keys meshplan's JSON gives numbers under (SI units in the name, and the ratios): their
+#: values, and the values of a mapping under them, are finite numbers or null
+_NUMBER_KEY = re.compile(r"(_s|_bytes|_j|_w|_per_s|_usd|_flop|_fraction)$|^(mfu|hfu|relative_error)$")
+_WRITERS = {"store": "search --store", "search": "search --json", "validation": "validate --json"}
+
+
+def writer(kind: str) -> str:
+    """The meshplan command that writes a stored result of ``kind``."""
+    return _WRITERS.get(kind, "estimate --json")
 
 
 @dataclass(frozen=True)
@@ -42,7 +53,12 @@ def load(path: str | Path) -> Source:
             raise MeshplanError("INPUT", str(path), f"an existing file or folder: {_WHAT}")
     except (OSError, ValueError) as err:  # a name too long, an embedded NUL
         raise MeshplanError("INPUT", str(path), f"a readable path ({err})") from None
-    data = _json(path, "INPUT")
+    source = _recognised(path, _json(path, "INPUT"))
+    _numbers_where_numbers_go(source)
+    return source
+
+
+def _recognised(path: Path, data: object) -> Source:
     if isinstance(data, list) and data and all(isinstance(c, dict) and _CASE_KEYS <= set(c) for c in data):
         return Source("validation", str(path), data)
     if isinstance(data, dict) and isinstance(data.get("breakdown"), dict) and isinstance(data.get("memory"), dict) \
@@ -62,6 +78,30 @@ def load(path: str | Path) -> Source:
         if "iteration_s" in data and isinstance(data.get("serialized_by_kind_s"), dict):
             return Source("dlrm", str(path), data)
     raise MeshplanError("INPUT", str(path), _WHAT)
+
+
+def _numbers_where_numbers_go(source: Source) -> None:
+    """A file with the shape of meshplan's JSON whose numbers are not all numbers (edited by
+    hand, damaged) is refused naming the first value that is not, by its path in the file."""
+    def walk(node, path: tuple, numeric: bool):
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from walk(value, (*path, key), numeric or bool(_NUMBER_KEY.search(str(key))))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                yield from walk(value, (*path, index), numeric)
+        elif numeric and node is not None and (isinstance(node, bool) or not isinstance(node, (int, float))
+                                                or not math.isfinite(node)):
+            yield path, node
+
+    written_by = writer(source.kind)
+    try:
+        where, value = next(walk(source.data, (), False), (None, None))
+    except RecursionError:
+        raise MeshplanError("INPUT", source.path, f"a file as meshplan {written_by} writes it (this one nests too deep)") from None
+    if where is not None:
+        at = ".".join(str(p) for p in where)
+        raise MeshplanError("INPUT", source.path, f"a file as meshplan {written_by} writes it ({at} holds {value!r}, not a number)")
 
 
 def load_trace(path: str | Path) -> dict:

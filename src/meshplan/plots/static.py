@@ -5,6 +5,7 @@ become CSV files (``NN-name.csv``). Needs the ``report`` extra (matplotlib)."""
 from __future__ import annotations
 
 import csv
+import warnings
 from pathlib import Path
 
 from meshplan.errors import MeshplanError
@@ -38,9 +39,11 @@ def write_figures(report: Report, folder: Path, fmt: str) -> list[Path]:
                 writer.writerows(figure.rows)
             written.append(path)
             continue
-        fig = draw(plt, figure)
         path = stem.with_suffix(f".{fmt}")
-        fig.savefig(path, format=fmt, dpi=150, bbox_inches="tight")
+        with warnings.catch_warnings():  # axis ticks for values near the float limit overflow; the figure is still drawn
+            warnings.simplefilter("ignore", RuntimeWarning)
+            fig = draw(plt, figure)
+            fig.savefig(path, format=fmt, dpi=150, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
     return written
@@ -82,7 +85,7 @@ def _bars(plt, bars: Bars):
         ax.set_xticks(list(positions), bars.categories, rotation=30 if len(bars.categories) > 3 else 0, ha="right")
         ax.set_ylabel(shown)
     ax.set_title(bars.title)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
+    _legend(ax, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
     return fig
 
 
@@ -109,7 +112,7 @@ def _scatter(plt, scatter: Scatter):
     ax.set_xlabel(f"{scatter.x_label} ({xu})" if xu else scatter.x_label)
     ax.set_ylabel(f"{scatter.y_label} ({yu})" if yu else scatter.y_label)
     ax.set_title(scatter.title)
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     return fig
 
 
@@ -125,5 +128,12 @@ def _timeline(plt, t: Timeline):
     ax.set_xlim(0, t.end_s * 1e3)
     ax.set_xlabel("time (ms)")
     ax.set_title(t.title + (f"\n{t.note}" if t.note else ""), fontsize=10)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
+    _legend(ax, loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
     return fig
+
+
+def _legend(ax, **options) -> None:
+    """A legend where something drawn has a name (a breakdown whose every segment is zero has
+    none, and matplotlib warns at an empty legend)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**options)
