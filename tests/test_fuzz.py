@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli_runner import run_cli
+from edits import mutate, paths
 
 SCALE = float(os.environ.get("MESHPLAN_FUZZ_SCALE", "1"))
 HF = Path(__file__).resolve().parent / "fixtures" / "hf"
@@ -275,32 +276,6 @@ CLUSTER_MAPPING = {"id": "mine", "name": "mine", "device": "h100-sxm5-80gb",
                               {"name": "ib", "bytes_per_s": "50 GB/s", "latency_s": "10 us"}]}
 MODEL_MAPPING = {"id": "tiny", "num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "ffn_hidden_size": 1024,
                  "vocab_size": 1000, "seq_len": 512}
-
-
-def paths(data, prefix=()):
-    """Every key path into nested mappings and lists."""
-    yield prefix
-    if isinstance(data, dict):
-        for key, value in data.items():
-            yield from paths(value, (*prefix, key))
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            yield from paths(value, (*prefix, index))
-
-
-def mutate(data, path, value, delete=False):
-    """A deep copy of ``data`` with ``path`` set to ``value`` (or removed)."""
-    data = json.loads(json.dumps(data))
-    if not path:
-        return value
-    node = data
-    for key in path[:-1]:
-        node = node[key]
-    if delete:
-        del node[path[-1]]
-    else:
-        node[path[-1]] = value
-    return data
 
 
 def dump(data, suffix: str) -> str:

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cli_runner import run_cli
+from edits import mutate
 from meshplan.errors import MeshplanError
 from meshplan.plots import write_report
 from meshplan.plots.build import front, memory_per_role, plan_breakdowns, report, step_breakdown
@@ -265,18 +266,6 @@ def test_bad_inputs_are_one_error_line(stored, tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "r.html").exists()
 
 
-def _damaged(data, path: tuple, value, delete: bool = False):
-    data = json.loads(json.dumps(data))
-    node = data
-    for key in path[:-1]:
-        node = node[key]
-    if delete:
-        del node[path[-1]]
-    else:
-        node[path[-1]] = value
-    return data
-
-
 #: (stored input, where a hand edit damaged it, the value put there or None to delete the key,
 #: the flag and the words the one error line must carry): each was an internal error
 DAMAGED = [
@@ -297,7 +286,7 @@ DAMAGED = [
 def test_a_damaged_stored_file_is_one_error_line_naming_it(stored, tmp_path, monkeypatch, capsys, kind, path, value,
                                                           flag, words, fmt):
     damaged = tmp_path / f"{kind}.json"
-    damaged.write_text(json.dumps(_damaged(json.loads(stored[kind].read_text()), path, value, delete=value is None)))
+    damaged.write_text(json.dumps(mutate(json.loads(stored[kind].read_text()), path, value, delete=value is None)))
     code, _, err = run_cli(monkeypatch, capsys, "report", str(damaged), "--out", str(tmp_path / "r"), "--format", fmt)
     assert _one_error_line(code, err), err
     assert err.startswith(f"error: {flag}: got '{damaged}'") and all(w in err for w in words), err
@@ -307,7 +296,7 @@ def test_a_damaged_trace_is_one_error_line_naming_it(stored, tmp_path, monkeypat
     trace = json.loads(stored["trace"].read_text())
     first = next(i for i, e in enumerate(trace["traceEvents"]) if e.get("ph") == "X")
     damaged = tmp_path / "trace.json"
-    damaged.write_text(json.dumps(_damaged(trace, ("traceEvents", first, "dur"), "long")))
+    damaged.write_text(json.dumps(mutate(trace, ("traceEvents", first, "dur"), "long")))
     code, _, err = run_cli(monkeypatch, capsys, "report", str(stored["estimate"]), "--trace", str(damaged),
                            "--out", str(tmp_path / "r.html"))
     assert _one_error_line(code, err), err
