@@ -300,6 +300,12 @@ def test_type_errors_say_what_is_valid_in_plain_words(field, value, message):
     assert str(caught.value) == message
 
 
+def test_an_empty_list_of_values_to_search_says_one_entry(monkeypatch, capsys):
+    line = error_line(monkeypatch, capsys, "search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8",
+                      "--set", "space.tp=[]")
+    assert line == "error: space.tp: got []; at least 1 entry"
+
+
 def test_a_validation_case_names_the_model_field(monkeypatch, capsys, tmp_path):
     case = yaml.safe_load((Path(__file__).resolve().parent / "data" / "torchtitan_h100.yaml").read_text())[0]
     case["model"]["num_kv_heads"] = 3

@@ -110,7 +110,7 @@ _VALID = {
 _BOUNDS = {
     "greater_than_equal": ("ge", "at least {}"), "greater_than": ("gt", "more than {}"),
     "less_than_equal": ("le", "at most {}"), "less_than": ("lt", "less than {}"),
-    "too_short": ("min_length", "at least {} entries"), "too_long": ("max_length", "at most {} entries"),
+    "too_short": ("min_length", "at least {} {}"), "too_long": ("max_length", "at most {} {}"),
 }
 
 
@@ -121,7 +121,7 @@ def _in_words(kind: str, ctx: dict, message: str) -> str:
         return _VALID[kind]
     if kind in _BOUNDS and _BOUNDS[kind][0] in ctx:
         key, words = _BOUNDS[kind]
-        return words.format(ctx[key])
+        return words.format(ctx[key], "entry" if ctx[key] == 1 else "entries")  # a number bound ignores the second
     if kind == "literal_error" and "expected" in ctx:
         choices = str(ctx["expected"]).replace(" or ", ", ").replace("'", "")
         return f"one of {choices}"
