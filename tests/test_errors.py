@@ -316,6 +316,35 @@ def test_a_validation_case_names_the_model_field(monkeypatch, capsys, tmp_path):
     assert json.loads(out)[0]["error"] == f"{case['id']}.model.num_kv_heads: got 3; a divisor of num_attention_heads (32)"
 
 
+SMALL_SPACE = {"tp": [1, 2], "pp": [1], "micro_batch_size": [1], "virtual_pipeline_stages": [1], "recompute": ["none"],
+               "zero_stage": [1], "sequence_parallel": [False]}
+
+
+@pytest.mark.parametrize(("function", "kwargs", "field"), [
+    ("estimate", {"model": 123}, "model"),
+    ("estimate", {"cluster": 5}, "cluster"),
+    ("estimate", {"plan": "tp=8"}, "plan"),
+    ("estimate", {"plan": [1, 2]}, "plan"),
+    ("estimate", {"profile": 5}, "--profile"),
+    ("search", {"plan": 3}, "plan"),
+    ("search", {"progress": "yes"}, "progress"),
+    ("search", {"reference": [8, 1]}, "reference"),
+    ("search", {"reference": {"tp": "eight"}}, "reference.tp"),
+    ("search", {"store": 3}, "store"),
+    ("search", {"store": ""}, "store"),
+])
+def test_api_arguments_of_the_wrong_kind_name_the_argument(tmp_path, monkeypatch, function, kwargs, field):
+    """A notebook user's wrong argument is a MeshplanError naming it, never a TypeError from inside."""
+    monkeypatch.chdir(tmp_path)  # a store that was written would land here
+    base = {"model": "llama3-8b", "cluster": "dgx-h100", "num_devices": 8, "global_batch_size": 8}
+    if function == "search":
+        base["space"] = SMALL_SPACE
+    with pytest.raises(MeshplanError) as caught:
+        getattr(meshplan, function)(**{**base, **kwargs})
+    assert caught.value.field == field
+    assert not list(tmp_path.iterdir())
+
+
 def test_error_is_a_value_error():
     """Callers that catch ValueError keep working."""
     with pytest.raises(ValueError):

@@ -44,6 +44,8 @@ def resolve_model(model: str | TransformerModel | DLRMModel | dict) -> Transform
         return catalog.model(model)
     if isinstance(model, DLRMModel) or (isinstance(model, dict) and model.get("arch") == "dlrm"):
         return build(DLRMModel, model, "model")
+    if not isinstance(model, (TransformerModel, dict)):
+        raise MeshplanError("model", model, "a catalog model id, a HuggingFace config.json path, or a mapping of model fields")
     return build(TransformerModel, model, "model")
 
 
@@ -59,6 +61,8 @@ def resolve_cluster(cluster: str | Cluster | dict, profile: str | Path | Profile
     ``meshplan calibrate``), its device runs at the measured efficiency instead of the catalog's."""
     if isinstance(cluster, str):
         resolved = catalog.cluster(cluster)
+    elif not isinstance(cluster, (Cluster, dict)):
+        raise MeshplanError("cluster", cluster, "a catalog cluster id, or a mapping of cluster fields")
     else:
         if isinstance(cluster, dict) and isinstance(cluster.get("device"), str):
             cluster = {**cluster, "device": catalog.device(cluster["device"])}
@@ -86,7 +90,7 @@ def scenario(
 ) -> Scenario:
     """Validate the inputs once; every error names its field. A DLRM gives a DLRMScenario, whose
     plan fields are ``strategy``, ``global_batch_size`` and ``precision``."""
-    plan_data = plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})
+    plan_data = _plan_fields(plan)
     plan_data.update(plan_fields)
     resolved = resolve_model(model)
     if isinstance(resolved, DLRMModel):
@@ -102,6 +106,15 @@ def scenario(
         num_devices,
         build(Task, task or {}, "task"),
     )
+
+
+def _plan_fields(plan: Plan | dict | None) -> dict:
+    """The fields a plan sets: a Plan's, or a mapping's."""
+    if isinstance(plan, Plan):
+        return plan.model_dump(exclude_unset=True)
+    if plan is not None and not isinstance(plan, dict):
+        raise MeshplanError("plan", plan, "a Plan, or a mapping of plan fields (tp, pp, dp, ...), or plan fields as keywords")
+    return dict(plan or {})
 
 
 def _framework_on_device(plan_data: dict, cluster: Cluster) -> dict:
@@ -184,7 +197,7 @@ def trace(s: Scenario) -> dict:
 
 def search_job(model, cluster, num_devices, plan=None, space=None, task=None, profile=None, **plan_fields) -> tuple:
     """Resolve and validate the inputs of a search: (model, cluster, devices, base plan, space, task)."""
-    plan_data = plan.model_dump(exclude_unset=True) if isinstance(plan, Plan) else dict(plan or {})
+    plan_data = _plan_fields(plan)
     plan_data.update(plan_fields)
     if not isinstance(num_devices, int) or isinstance(num_devices, bool) or num_devices < 1:
         raise MeshplanError("num_devices", num_devices, "must be a positive integer")
@@ -279,6 +292,7 @@ def search(
     measured profile (``meshplan calibrate``) used instead of the device's catalog profile.
     """
     _check_search_options(top, executor, workers)
+    _check_search_hooks(progress, reference, store)
     job = search_job(model, cluster, num_devices, plan, space, task, profile, **plan_fields)
     resolved_model, resolved_cluster, _, base, resolved_space, resolved_task = job
     if objective != "time" and (isinstance(resolved_model, DLRMModel) or resolved_task.kind == "inference"):
@@ -330,6 +344,16 @@ def _check_search_options(top: object, executor: object, workers: object) -> Non
     most = 4 * (os.cpu_count() or 1)
     if not isinstance(workers, int) or isinstance(workers, bool) or not 1 <= workers <= most:
         raise MeshplanError("--workers", workers, f"between 1 and {most} (4 per core of this machine)")
+
+
+def _check_search_hooks(progress: object, reference: object, store: object) -> None:
+    """The search's progress callback, reference plan and store folder, each of its kind."""
+    if progress is not None and not callable(progress):
+        raise MeshplanError("progress", progress, "a function progress(done, total), or None")
+    if reference is not None and not isinstance(reference, dict):
+        raise MeshplanError("reference", reference, "a mapping of plan fields (tp, pp, ...) to rank among the plans, or None")
+    if store is not None and (not isinstance(store, (str, Path)) or not str(store).strip()):
+        raise MeshplanError("store", store, "a folder's path (a new one, or a store to resume), or None")
 
 
 def _nothing_fits(result: SearchResult, num_devices: int, capacity: float) -> MeshplanError:

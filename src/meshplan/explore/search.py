@@ -28,6 +28,7 @@ from meshplan.explore.store import PlanStore
 from meshplan.parallel.program import build_program
 from meshplan.parallel.strategy import build_strategy_program
 from meshplan.specs import Cluster, Plan, Task, TransformerModel
+from meshplan.specs.base import build
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.dlrm_scenario import make_dlrm_scenario
 from meshplan.specs.strategy import Strategy
@@ -309,7 +310,7 @@ def _reference_row(reference, model, cluster, num_devices, base, task) -> dict |
         return None
     from meshplan.specs import make_scenario
 
-    plan = Plan.model_validate({**base.model_dump(exclude_unset=True), **reference})
+    plan = build(Plan, {**base.model_dump(exclude_unset=True), **reference}, "reference")
     scenario = make_scenario(model, cluster, plan, num_devices, task)
     return plan_row(step_estimate(cost_program(build_program(scenario))))
 

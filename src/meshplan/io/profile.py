@@ -14,6 +14,8 @@ def load_profile(path: str | Path | Profile | dict) -> Profile:
     """A Profile from a YAML/JSON file (or a mapping); a bad field is one error naming it."""
     if isinstance(path, Profile):
         return path
+    if not isinstance(path, (str, Path, dict)):
+        raise MeshplanError("--profile", path, "a profile file's path (meshplan calibrate writes one), or a mapping")
     where = "profile" if isinstance(path, dict) else str(path)
     if isinstance(path, dict):
         data = path
