@@ -19,6 +19,7 @@ import meshplan
 from meshplan.cli import main
 from meshplan.errors import MeshplanError
 from cli_runner import run_cli
+from edits import mutate
 
 HF_MALFORMED = Path(__file__).resolve().parent / "fixtures" / "hf" / "malformed" / "config.json"
 
@@ -242,17 +243,14 @@ def test_api_error_fields(kwargs, field, value):
     assert caught.value.value == value
 
 
-def _spec(kind: str, **changes) -> dict:
-    """A catalog entry as a mapping, with ``changes`` at dotted paths ("moe.top_k", "levels.1.size")."""
+def _spec(kind: str, id: str, **changes) -> dict:
+    """Catalog entry ``id`` as a mapping, with ``changes`` at paths written with double
+    underscores ("moe__top_k", "levels__1__size")."""
     from meshplan import catalog
 
-    data = (catalog.cluster if kind == "cluster" else catalog.model)(changes.pop("id")).model_dump(mode="json")
+    data = (catalog.cluster if kind == "cluster" else catalog.model)(id).model_dump(mode="json")
     for path, value in changes.items():
-        *parents, last = path.split("__")
-        target = data
-        for part in parents:
-            target = target[int(part)] if isinstance(target, list) else target[part]
-        target[int(last) if isinstance(target, list) else last] = value
+        data = mutate(data, tuple(int(p) if p.isdigit() else p for p in path.split("__")), value)
     return data
 
 
