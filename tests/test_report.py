@@ -271,7 +271,8 @@ def test_bad_inputs_are_one_error_line(stored, tmp_path, monkeypatch, capsys):
 DAMAGED = [
     ("estimate", ("plan",), None, "INPUT", ["estimate --json", "it has no 'plan'"]),
     ("estimate", ("breakdown", "compute_s"), "abc", "INPUT", ["breakdown.compute_s holds 'abc', not a number"]),
-    ("estimate", ("breakdown", "exposed_comm_s", "cp"), [1, 2], "INPUT", ["exposed cp holds [1, 2], not a number"]),
+    ("estimate", ("breakdown", "compute_s"), 10**400, "INPUT", ["breakdown.compute_s holds 1000000", "..., not a number"]),
+    ("estimate", ("breakdown", "exposed_comm_s", "cp"), [1, 2], "INPUT", ["exposed cp holds [1, 2], not a finite number"]),
     ("search", ("top", 0, "exposed_tp_s"), True, "INPUT", ["search --json", "top.0.exposed_tp_s holds True"]),
     ("search", ("top", 1, "exposed_pp_s"), {"a": "b"}, "INPUT", ["top.1.exposed_pp_s.a holds 'b'"]),
     ("validation", (1, "predicted_step_time_s"), "fast", "INPUT", ["validate --json", "1.predicted_step_time_s holds 'fast'"]),

@@ -56,7 +56,7 @@ def _as_written(flag: str, path: str, written_by: str):
         raise
     except KeyError as err:
         raise MeshplanError(flag, path, f"a file as meshplan {written_by} writes it (it has no {err.args[0]!r})") from None
-    except (TypeError, ValueError, IndexError, AttributeError) as err:
+    except (TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as err:
         raise MeshplanError(flag, path, f"a file as meshplan {written_by} writes it (a value of the wrong kind: {err})") from None
 
 

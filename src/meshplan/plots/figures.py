@@ -7,15 +7,26 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from meshplan.errors import one_line
+
+
+def finite_number(value: object) -> bool:
+    """Whether ``value`` is an int or float (not a bool) that a float holds finitely (10**400 is
+    an int no float holds)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
 
 def _numbers(what: str, values) -> None:
     """Every value a figure draws is a finite number (a stored file edited by hand may hold
-    anything there); a TypeError or ValueError says which."""
+    anything there); a ValueError says which."""
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{what} holds {value!r}, not a number")
-        if not math.isfinite(value):
-            raise ValueError(f"{what} holds {value!r}, not a finite number")
+        if not finite_number(value):
+            raise ValueError(f"{what} holds {one_line(repr(value), 40)}, not a finite number")
 
 
 @dataclass(frozen=True)

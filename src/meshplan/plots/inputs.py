@@ -14,12 +14,12 @@ Nothing here runs a model: a report can be rebuilt from these files alone.
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshplan.errors import MeshplanError
+from meshplan.errors import MeshplanError, one_line
+from meshplan.plots.figures import finite_number
 
 KINDS = ("store", "search", "estimate", "inference", "dlrm", "validation")
 _CASE_KEYS = {"id", "group", "measured_step_time_s", "predicted_step_time_s", "relative_error"}
@@ -90,8 +90,7 @@ def _numbers_where_numbers_go(source: Source) -> None:
         elif isinstance(node, list):
             for index, value in enumerate(node):
                 yield from walk(value, (*path, index), numeric)
-        elif numeric and node is not None and (isinstance(node, bool) or not isinstance(node, (int, float))
-                                                or not math.isfinite(node)):
+        elif numeric and node is not None and not finite_number(node):
             yield path, node
 
     written_by = writer(source.kind)
@@ -101,7 +100,7 @@ def _numbers_where_numbers_go(source: Source) -> None:
         raise MeshplanError("INPUT", source.path, f"a file as meshplan {written_by} writes it (this one nests too deep)") from None
     if where is not None:
         at = ".".join(str(p) for p in where)
-        raise MeshplanError("INPUT", source.path, f"a file as meshplan {written_by} writes it ({at} holds {value!r}, not a number)")
+        raise MeshplanError("INPUT", source.path, f"a file as meshplan {written_by} writes it ({at} holds {one_line(repr(value), 40)}, not a number)")
 
 
 def load_trace(path: str | Path) -> dict:
