@@ -6,6 +6,8 @@ GB is 1e9 bytes and GiB is 2**30 bytes; "Gb" (lower-case b) is bits.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 
 _PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -137,3 +139,14 @@ def format_energy(joules: float) -> str:
         if abs(joules) >= scale:
             return f"{joules / scale:.3g} {unit}"
     return f"{joules:.3g} J"
+
+
+def finite_number(value: object) -> bool:
+    """Whether ``value`` is a real number (Python's or numpy's, not a boolean) that a float holds
+    finitely: not NaN or infinite, and not an int too large for a float (10**400)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

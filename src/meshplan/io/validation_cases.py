@@ -17,7 +17,6 @@ measurement shows the system existed at that size. How a case's fields become es
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from meshplan.errors import MeshplanError
 from meshplan.io.case_inputs import _get, _option, _word, case_inputs, dlrm_case_inputs, framework_name
 from meshplan.io.files import load_yaml_or_json
 from meshplan.io.profile import load_profile
+from meshplan.units import finite_number
 from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.profile import Profile
 
@@ -100,7 +100,7 @@ def _label(value, default: str) -> str:
 def _measured(case: dict, case_id: str) -> float:
     """The measured step time: a finite, positive number (SCHEMA.md)."""
     value = _get(case, "measured.step_time_s", case_id)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if not finite_number(value) or value <= 0:
         raise MeshplanError(f"{case_id}.measured.step_time_s", value, "a finite, positive number of seconds")
     return float(value)
 

@@ -4,21 +4,10 @@ for its axis labels."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from meshplan.errors import one_line
-
-
-def finite_number(value: object) -> bool:
-    """Whether ``value`` is an int or float (not a bool) that a float holds finitely (10**400 is
-    an int no float holds)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
+from meshplan.units import finite_number
 
 
 def _numbers(what: str, values) -> None:

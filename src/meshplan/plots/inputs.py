@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshplan.errors import MeshplanError, one_line
-from meshplan.plots.figures import finite_number
+from meshplan.units import finite_number
 
 KINDS = ("store", "search", "estimate", "inference", "dlrm", "validation")
 _CASE_KEYS = {"id", "group", "measured_step_time_s", "predicted_step_time_s", "relative_error"}

@@ -39,7 +39,6 @@ overlap_p2p_comm). Held time counts as bubble.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,6 +49,7 @@ from meshplan.specs.plan import group_problem
 from meshplan.timeline.pipeline_closed_form import gpipe_finish, one_f_one_b_finish
 from meshplan.timeline.pipeline_orders import Op, simulate_orders
 from meshplan.timeline.pipeline_periodic import periodic_finish
+from meshplan.units import finite_number
 
 SCHEDULES = ("gpipe", "1f1b", "zb-h1", "dualpipe")
 
@@ -220,7 +220,7 @@ def _validated(stages, micro_batches, schedule, virtual, p2p_s, overlap_p2p, gro
         if micro_batches % 2 or micro_batches < 2 * p:
             raise MeshplanError("pipeline.micro_batches", micro_batches,
                                 f"dualpipe needs an even number >= 2 x {p} stages = {2 * p} (deepseek-ai/DualPipe)")
-    if not _is_number(p2p_s) or p2p_s < 0:
+    if not finite_number(p2p_s) or p2p_s < 0:
         raise MeshplanError("pipeline.p2p_s", p2p_s, "a finite number of seconds >= 0")
     if not isinstance(overlap_p2p, (bool, np.bool_)):
         raise MeshplanError("pipeline.overlap_p2p", overlap_p2p, "true or false")
@@ -232,16 +232,16 @@ def _check_work(w: object, field: str) -> None:
         raise MeshplanError(field, w, "a StageWork")
     for name in ("forward_s", "backward_s", "weight_s"):
         value = getattr(w, name)
-        if not _is_number(value) or value < 0:
+        if not finite_number(value) or value < 0:
             raise MeshplanError(f"{field}.{name}", value, "a finite number of seconds >= 0")
-    if not _is_number(w.release_s) or w.release_s < 0:
+    if not finite_number(w.release_s) or w.release_s < 0:
         raise MeshplanError(f"{field}.release_s", w.release_s, "a finite number of seconds >= 0")
     for name in ("first_forward_s", "paired_s"):
         value = getattr(w, name)
-        if value is not None and (not _is_number(value) or value < 0):
+        if value is not None and (not finite_number(value) or value < 0):
             raise MeshplanError(f"{field}.{name}", value, "unset or a finite number of seconds >= 0")
     value = w.last_backward_s
-    if value is not None and (not _is_number(value) or value < w.backward_s):
+    if value is not None and (not finite_number(value) or value < w.backward_s):
         raise MeshplanError(f"{field}.last_backward_s", value,
                             f"unset or a finite number of seconds >= backward_s ({w.backward_s})")
     if not _is_int(w.count) or w.count < 1:
@@ -250,10 +250,6 @@ def _check_work(w: object, field: str) -> None:
 
 def _is_int(x: object) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
-
-
-def _is_number(x: object) -> bool:
-    return isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)) and math.isfinite(x)
 
 
 # Backward-compatible entry points of the old module (timeline.step and timeline.trace call them).
