@@ -41,7 +41,7 @@ def main() -> None:
     print(f"      block_q: {attention.block_q}")
     for name, p in (("forward", attention.forward), ("backward", attention.backward)):
         print(f"      {name}: {{sm_fraction: {p.sm_fraction:.4f}, prologue_kv: {p.prologue_kv:.1f}, wave_quantization: {p.wave_quantization:.3f}, "
-              f"q_passes: {p.q_passes:.3f}, kv_passes: {p.kv_passes:.3f}, launch_s: {us(p.launch_s)}, isolated_floor_s: {us(p.isolated_floor_s)}, isolated_overhead_s: {us(p.isolated_overhead_s)}}}")
+              f"q_passes: {p.q_passes:.3f}, kv_passes: {p.kv_passes:.3f}, softmax_dims: {p.softmax_dims:.1f}, launch_s: {us(p.launch_s)}, isolated_floor_s: {us(p.isolated_floor_s)}, isolated_overhead_s: {us(p.isolated_overhead_s)}}}")
     print("    memory:")
     print("      classes:")
     for name, c in memory_kernels.classes.items():

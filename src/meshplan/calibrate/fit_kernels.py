@@ -128,10 +128,24 @@ def gemm_measured_s(g: GemmKernel, d, element_bytes: float, c: Chip):
     return np.maximum(g.isolated_floor_s, gemm_s(d["m"], d["k"], d["n"], element_bytes, g, c) + g.isolated_overhead_s)
 
 
-def attention_pass(x, overhead: float = 0.0) -> AttentionPass:
+def attention_pass(x, overhead: float = 0.0, softmax_dims: float = 0.0) -> AttentionPass:
     fraction, prologue, quantization, q_passes, kv_passes, launch, floor = (float(v) for v in x)
     return AttentionPass(sm_fraction=fraction, prologue_kv=prologue, wave_quantization=quantization, q_passes=q_passes,
-                         kv_passes=kv_passes, launch_s=launch, isolated_floor_s=floor, isolated_overhead_s=overhead)
+                         kv_passes=kv_passes, softmax_dims=softmax_dims, launch_s=launch, isolated_floor_s=floor,
+                         isolated_overhead_s=overhead)
+
+
+def family_softmax_dims(device: Device) -> tuple[float, float]:
+    """The forward and backward softmax_dims of ``device``'s family in the catalog (0 where it
+    has no kernel models). They are not fitted: one head dimension, as measured, cannot tell the
+    exponentials from the matmuls; the family's come from its datasheet (catalog/efficiency.yaml)."""
+    try:
+        kernels = catalog.efficiency(device.efficiency).kernels
+    except MeshplanError:
+        kernels = None
+    if kernels is None:
+        return 0.0, 0.0
+    return kernels.attention.forward.softmax_dims, kernels.attention.backward.softmax_dims
 
 
 def attention_shape(d) -> AttentionShape:
@@ -218,14 +232,16 @@ def fit_kernels(folder: str | Path, device: Device, source: str = "fit") -> Kern
     starts = [[0.6, 100, 0.5, 1, 1, 10e-6, 10e-6], [0.6, 400, 0.2, 0.5, 5, 100e-6, 400e-6], [0.5, 500, 0.8, 0, 10, 50e-6, 300e-6]]
     lower, upper = [0.05, 0, 0, 0, 0, 0, 0], [1.0, 1e5, 1.0, 50, 50, 1e-3, 1e-3]
 
+    softmax = family_softmax_dims(device)
+
     def one_pass(x, backward: bool) -> AttentionKernel:
-        p = attention_pass(x, compute_overhead)
+        p = attention_pass(x, compute_overhead, softmax[backward])
         return AttentionKernel(block_q=BLOCK_Q, forward=placeholder if backward else p, backward=p if backward else placeholder, source=source)
 
     xf = _least_squares(lambda x: np.log(attention_measured_s(one_pass(x, False), att, bf16, False) / att["fwd_s"]), starts, lower, upper)
     xb = _least_squares(lambda x: np.log(attention_measured_s(one_pass(x, True), att, bf16, True) / bwd_s), starts, lower, upper)
-    attention = AttentionKernel(block_q=BLOCK_Q, forward=attention_pass(xf, compute_overhead),
-                                backward=attention_pass(xb, compute_overhead), source=source)
+    attention = AttentionKernel(block_q=BLOCK_Q, forward=attention_pass(xf, compute_overhead, softmax[0]),
+                                backward=attention_pass(xb, compute_overhead, softmax[1]), source=source)
     errors["attention forward"] = _abs_errors(attention_measured_s(attention, att, bf16, False), att["fwd_s"])
     errors["attention backward"] = _abs_errors(attention_measured_s(attention, att, bf16, True), bwd_s)
 

@@ -22,7 +22,7 @@ from meshplan.costs.efficiency import achieved_fraction
 from meshplan.costs.kernels import AttentionShape, Chip, attention_s, gemm_s, gemm_traffic_bytes, memory_op_s, unfused_attention_s
 from meshplan.errors import MeshplanError
 from meshplan.specs.device import Device, Efficiency
-from meshplan.specs.kernels import KernelModels
+from meshplan.specs.kernels import AttentionPass, KernelModels
 
 __all__ = ["Roofline", "gemm_traffic_bytes", "attention_precision"]
 
@@ -31,6 +31,24 @@ def attention_precision(precision: str) -> str:
     """Attention runs in 16 bits when the GEMMs run in fp8 or fp4 (Transformer Engine keeps
     dot-product attention in bf16 unless FP8 attention is asked for)."""
     return "bf16" if precision in ("fp8", "fp4") else precision
+
+
+#: d_qk + d_v of the head dimension the attention kernels are fitted at (attention.csv: 128)
+FITTED_HEAD_DIMS = 256.0
+
+
+def slower_pass(p: AttentionPass, speed: float, softmax_dims: float | None = None) -> AttentionPass:
+    """``p`` run by an older flash-attention generation that is ``speed`` times as fast at the
+    fitted head dimension (Efficiency.attention_kernels, published at head dim 128): at
+    D = FITTED_HEAD_DIMS the pass takes 1/speed as long. Its exponentials cost ``softmax_dims``
+    head dimensions where the generation's published speeds say so; otherwise they run on the same
+    special-function units while only the matmuls slow, to m = D·speed / (D + s·(1 - speed)) of
+    their rate (s: the family's softmax_dims), and so cost s·m head dimensions of them."""
+    d, own = FITTED_HEAD_DIMS, p.softmax_dims
+    if softmax_dims is None:
+        softmax_dims = own * d * speed / (d + own * (1.0 - speed))
+    fraction = p.sm_fraction * speed * (d + softmax_dims) / (d + own)
+    return p.model_copy(update={"sm_fraction": fraction, "softmax_dims": softmax_dims})
 
 
 @dataclass(frozen=True)
@@ -63,9 +81,10 @@ class Roofline:
         if kernels is not None:
             if speed is not None:  # an older generation: fewer of the SMs' flop per second reach the math
                 a = kernels.attention
+                own = speed.softmax_dims or (None, None)
                 slower = a.model_copy(update={
-                    "forward": a.forward.model_copy(update={"sm_fraction": a.forward.sm_fraction * speed.forward}),
-                    "backward": a.backward.model_copy(update={"sm_fraction": a.backward.sm_fraction * speed.backward}),
+                    "forward": slower_pass(a.forward, speed.forward, own[0]),
+                    "backward": slower_pass(a.backward, speed.backward, own[1]),
                 })
                 kernels = kernels.model_copy(update={"attention": slower})
             if device.sm_count is None:

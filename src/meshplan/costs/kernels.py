@@ -96,7 +96,8 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     FlashAttention-2 (Dao 2023), Sec. 3.2: one thread block per (batch, head, block of
     ``block_q`` queries), in waves over the SMs (waves()); a block's main loop does
     flop_ratio·2·rows·(d_qk + d_v) flop per key (rows: block_q, or the queries there are) (keys_per_query() keys, plus a fixed
-    ``prologue_kv``) at the pass's fraction of the per-SM peak. The pass takes at least its HBM
+    ``prologue_kv``) at the pass's fraction of the per-SM peak, and each score's exponential,
+    which takes as long as ``softmax_dims`` more head dimensions. The pass takes at least its HBM
     traffic (``traffic_bytes``: Q, K, V, O once; the full score matrices when not flash-fused)
     over the bandwidth, plus the fitted extra passes over the Q/O and K/V bytes, plus a launch.
     """
@@ -105,7 +106,7 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     keys = keys_per_query(shape.seq, shape.kv, shape.causal, block_q)
     per_sm = chip.peak_flop_per_s / chip.sm_count * p.sm_fraction
     rows = np.minimum(shape.seq, block_q)  # a decode step's block holds its few queries, not block_q
-    tile_s = flop_ratio * 2.0 * rows * (shape.qk_dim + shape.v_dim) * (keys + p.prologue_kv) / per_sm
+    tile_s = flop_ratio * 2.0 * rows * (shape.qk_dim + shape.v_dim + p.softmax_dims) * (keys + p.prologue_kv) / per_sm
     compute = waves(tiles, chip.sm_count, p.wave_quantization) * tile_s
     q_bytes = b * shape.seq * h * (shape.qk_dim + shape.v_dim) * element_bytes
     kv_bytes = b * shape.kv * shape.kv_heads * (shape.qk_dim + shape.v_dim) * element_bytes

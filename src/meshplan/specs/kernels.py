@@ -61,6 +61,14 @@ class AttentionPass(Spec):
     in keys of main loop; ``wave_quantization`` as for GEMMs; ``q_passes`` / ``kv_passes``:
     extra passes over the Q (and O) and the K, V bytes beyond the main loop (the backward's
     preprocessing, dQ accumulation in fp32, dK/dV reduction over grouped heads); ``launch_s``.
+
+    ``softmax_dims``: the exponential each score takes, on the special-function units beside the
+    tensor cores, as the head dimensions of main-loop matmul that take as long (per key of a query
+    row the pass does flop_ratio·2·(d_qk + d_v) flop; the exponential costs as much as
+    flop_ratio·2·softmax_dims more). It does not grow with the head dimension, so a narrow head
+    runs at a lower fraction of peak (FlashAttention-3, Shah et al. 2024, Figs. 5-6: head dim 64
+    at 0.77 of head dim 128's forward speed, 0.85 backward). With it, ``sm_fraction`` is the
+    main loop's fraction of the peak for the matmuls alone.
     """
 
     sm_fraction: Fraction
@@ -68,6 +76,7 @@ class AttentionPass(Spec):
     wave_quantization: float = Field(ge=0.0, le=1.0)
     q_passes: float = Field(default=0.0, ge=0.0)
     kv_passes: float = Field(default=0.0, ge=0.0)
+    softmax_dims: float = Field(default=0.0, ge=0.0)
     launch_s: Seconds
     isolated_floor_s: Seconds = 0.0  # see KernelModels
     isolated_overhead_s: Seconds = 0.0  # see KernelModels
@@ -85,12 +94,23 @@ class AttentionKernel(Spec):
 
 class AttentionSpeed(Spec):
     """How fast one flash-attention generation runs on a device family, as a fraction of the
-    family's fitted kernel (``KernelModels.attention``), forward and backward, from published
-    kernel benchmarks (``source``)."""
+    family's fitted kernel (``KernelModels.attention``) at the head dimension it is fitted at,
+    forward and backward, from published kernel benchmarks (``source``).
+
+    ``softmax_dims`` (forward, backward): the generation's own AttentionPass.softmax_dims where
+    published kernel speeds at two head dimensions say it; unset, the family's exponentials at the
+    generation's slower matmuls (costs.compute.slower_pass)."""
 
     forward: Fraction
     backward: Fraction
+    softmax_dims: tuple[float, float] | None = None
     source: str
+
+    @model_validator(mode="after")
+    def _valid(self) -> "AttentionSpeed":
+        if self.softmax_dims is not None and min(self.softmax_dims) < 0:
+            raise MeshplanError("softmax_dims", self.softmax_dims, "two numbers of at least 0 (forward, backward)")
+        return self
 
 
 class MemoryClassKernel(Spec):
