@@ -19,7 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshplan.costs.efficiency import achieved_fraction
-from meshplan.costs.kernels import AttentionShape, Chip, attention_s, gemm_s, gemm_traffic_bytes, memory_op_s, unfused_attention_s
+from meshplan.costs.kernels import (
+    FITTED_HEAD_DIMS, AttentionShape, Chip, attention_s, gemm_s, gemm_traffic_bytes, memory_op_s, unfused_attention_s,
+)
 from meshplan.errors import MeshplanError
 from meshplan.specs.device import Device, Efficiency
 from meshplan.specs.kernels import AttentionPass, KernelModels
@@ -31,10 +33,6 @@ def attention_precision(precision: str) -> str:
     """Attention runs in 16 bits when the GEMMs run in fp8 or fp4 (Transformer Engine keeps
     dot-product attention in bf16 unless FP8 attention is asked for)."""
     return "bf16" if precision in ("fp8", "fp4") else precision
-
-
-#: d_qk + d_v of the head dimension the attention kernels are fitted at (attention.csv: 128)
-FITTED_HEAD_DIMS = 256.0
 
 
 def slower_pass(p: AttentionPass, speed: float, softmax_dims: float | None = None) -> AttentionPass:

@@ -18,6 +18,9 @@ from meshplan.workloads.ops import AttentionShape
 #: two (it recomputes the scores), 2.5x the forward's flop
 BACKWARD_FLOP_RATIO = 2.5
 
+#: d_qk + d_v of the head dimension the attention kernels are fitted at (attention.csv: 128)
+FITTED_HEAD_DIMS = 256.0
+
 #: a dropout mask element is one byte (Korthikanti et al. 2022, Sec. 4.1)
 DROPOUT_MASK_BYTES = 1.0
 
@@ -97,7 +100,11 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     ``block_q`` queries), in waves over the SMs (waves()); a block's main loop does
     flop_ratio·2·rows·(d_qk + d_v) flop per key (rows: block_q, or the queries there are) (keys_per_query() keys, plus a fixed
     ``prologue_kv``) at the pass's fraction of the per-SM peak, and each score's exponential,
-    which takes as long as ``softmax_dims`` more head dimensions. The pass takes at least its HBM
+    which takes as long as ``softmax_dims`` more head dimensions: a narrower head than the fitted
+    one (FITTED_HEAD_DIMS) runs at a lower fraction of peak. A wider one runs at the fitted
+    fraction, not a higher one: its kernels take smaller tiles (FlashAttention-3's head dim 256
+    causal runs 4% above 128's speed, cuDNN's 6% below; FlashAttention-3 paper, Fig. 5), so its
+    exponentials are taken to grow with it. The pass takes at least its HBM
     traffic (``traffic_bytes``: Q, K, V, O once; the full score matrices when not flash-fused)
     over the bandwidth, plus the fitted extra passes over the Q/O and K/V bytes, plus a launch.
     """
@@ -106,7 +113,9 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     keys = keys_per_query(shape.seq, shape.kv, shape.causal, block_q)
     per_sm = chip.peak_flop_per_s / chip.sm_count * p.sm_fraction
     rows = np.minimum(shape.seq, block_q)  # a decode step's block holds its few queries, not block_q
-    tile_s = flop_ratio * 2.0 * rows * (shape.qk_dim + shape.v_dim + p.softmax_dims) * (keys + p.prologue_kv) / per_sm
+    dims = shape.qk_dim + shape.v_dim
+    softmax = p.softmax_dims * np.maximum(1.0, dims / FITTED_HEAD_DIMS)
+    tile_s = flop_ratio * 2.0 * rows * (dims + softmax) * (keys + p.prologue_kv) / per_sm
     compute = waves(tiles, chip.sm_count, p.wave_quantization) * tile_s
     q_bytes = b * shape.seq * h * (shape.qk_dim + shape.v_dim) * element_bytes
     kv_bytes = b * shape.kv * shape.kv_heads * (shape.qk_dim + shape.v_dim) * element_bytes
