@@ -7,7 +7,7 @@ differs in its numbers (tile, per-SM efficiency, launch cost), never in its code
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -54,6 +54,10 @@ class GemmKernel(Spec):
         return self
 
 
+#: AttentionPass.softmax_dims: head dimensions, at least 0
+SoftmaxDims = Annotated[float, Field(ge=0.0)]
+
+
 class AttentionPass(Spec):
     """One pass (forward or backward) of flash attention, as GemmKernel over query blocks.
 
@@ -65,10 +69,11 @@ class AttentionPass(Spec):
     ``softmax_dims``: the exponential each score takes, on the special-function units beside the
     tensor cores, as the head dimensions of main-loop matmul that take as long (per key of a query
     row the pass does flop_ratio·2·(d_qk + d_v) flop; the exponential costs as much as
-    flop_ratio·2·softmax_dims more). It does not grow with the head dimension, so a narrow head
-    runs at a lower fraction of peak (FlashAttention-3, Shah et al. 2024, Figs. 5-6: head dim 64
-    at 0.77 of head dim 128's forward speed, 0.85 backward). With it, ``sm_fraction`` is the
-    main loop's fraction of the peak for the matmuls alone.
+    flop_ratio·2·softmax_dims more). It does not shrink with a narrower head, which so runs at a
+    lower fraction of peak (FlashAttention-3, Shah et al. 2024, Figs. 5-6: head dim 64 at 0.77 of
+    head dim 128's forward speed, 0.84 backward); above the fitted head dimension it grows with
+    it (costs.kernels.attention_pass_s). With it, ``sm_fraction`` is the main loop's fraction of
+    the peak for the matmuls alone.
     """
 
     sm_fraction: Fraction
@@ -76,7 +81,7 @@ class AttentionPass(Spec):
     wave_quantization: float = Field(ge=0.0, le=1.0)
     q_passes: float = Field(default=0.0, ge=0.0)
     kv_passes: float = Field(default=0.0, ge=0.0)
-    softmax_dims: float = Field(default=0.0, ge=0.0)
+    softmax_dims: SoftmaxDims = 0.0
     launch_s: Seconds
     isolated_floor_s: Seconds = 0.0  # see KernelModels
     isolated_overhead_s: Seconds = 0.0  # see KernelModels
@@ -103,14 +108,8 @@ class AttentionSpeed(Spec):
 
     forward: Fraction
     backward: Fraction
-    softmax_dims: tuple[float, float] | None = None
+    softmax_dims: tuple[SoftmaxDims, SoftmaxDims] | None = None
     source: str
-
-    @model_validator(mode="after")
-    def _valid(self) -> "AttentionSpeed":
-        if self.softmax_dims is not None and min(self.softmax_dims) < 0:
-            raise MeshplanError("softmax_dims", self.softmax_dims, "two numbers of at least 0 (forward, backward)")
-        return self
 
 
 class MemoryClassKernel(Spec):
