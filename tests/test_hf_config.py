@@ -113,9 +113,12 @@ def test_generic_config_without_model_type_uses_llama_names():
     assert model.id == "custom"
 
 
-def test_folder_and_model_id_argument():
+def test_folder_and_model_id_argument(tmp_path):
     assert model_from_hf_config(HF / "gpt2").id == "gpt2"
     assert model_from_hf_config(HF / "gpt2" / "config.json", model_id="my-gpt").id == "my-gpt"
+    renamed = tmp_path / "gpt2-small.json"  # a config saved under its model's name, not config.json
+    renamed.write_text((HF / "gpt2" / "config.json").read_text())
+    assert model_from_hf_config(renamed).id == "gpt2-small"
 
 
 def test_hf_cache_snapshot_gives_repo_id(tmp_path):

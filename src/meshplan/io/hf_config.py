@@ -107,7 +107,8 @@ def model_from_hf_config(
 ) -> TransformerModel:
     """Read a HuggingFace ``config.json`` (a file, a folder holding one, or its parsed dict).
 
-    The model id is ``model_id`` if given, else the folder holding the file (the repo id for a
+    The model id is ``model_id`` if given, else the file's own name where it is not
+    ``config.json`` (``gpt2.json``: gpt2), else the folder holding it (the repo id for a
     HuggingFace cache snapshot), else ``_name_or_path`` from the config. ``sources`` records the
     file read. Every bad input raises :class:`MeshplanError` naming the config key.
     """
@@ -291,6 +292,8 @@ def _model_id(model_id: str | None, path: Path | None, config: dict[str, Any]) -
     if model_id:
         return model_id
     if path is not None:
+        if path.name != "config.json" and path.stem:  # a config saved under its model's name
+            return path.stem
         folder = path.parent
         # HF cache: .../models--ORG--NAME/snapshots/<commit>/config.json
         if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
