@@ -117,8 +117,8 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     softmax = p.softmax_dims * np.maximum(1.0, dims / FITTED_HEAD_DIMS)
     tile_s = flop_ratio * 2.0 * rows * (dims + softmax) * (keys + p.prologue_kv) / per_sm
     compute = waves(tiles, chip.sm_count, p.wave_quantization) * tile_s
-    q_bytes = b * shape.seq * h * (shape.qk_dim + shape.v_dim) * element_bytes
-    kv_bytes = b * shape.kv * shape.kv_heads * (shape.qk_dim + shape.v_dim) * element_bytes
+    q_bytes = b * shape.seq * h * dims * element_bytes
+    kv_bytes = b * shape.kv * shape.kv_heads * dims * element_bytes
     extra = (p.q_passes * q_bytes + p.kv_passes * kv_bytes) / chip.hbm_bytes_per_s
     return np.maximum(compute, traffic_bytes / chip.hbm_bytes_per_s) + extra + p.launch_s
 
