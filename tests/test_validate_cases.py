@@ -280,6 +280,27 @@ def test_a_case_may_say_how_adam_kept_its_state():
     assert bad.error.startswith("sc21_1p7b.plan.optimizer_state: got 'fp8'"), bad.error
 
 
+def test_an_moe_case_may_count_dp_as_the_experts_replicas():
+    """Mixtral 8x7B on 64 GPUs, tp 2, ep 8: SCHEMA.md's dp is 64 / tp = 32; a case that writes the
+    experts' data-parallel degree instead is scored the same and says so: 4 when the experts keep
+    tp 2 (tp x dp x ep = 64), 8 when the expert layers fold tp into ep (dp x ep = 64). A dp that
+    neither reading makes fill the devices is still refused."""
+    mixtral = {"name": "Mixtral-8x7B", "arch": "moe", "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+               "num_kv_heads": 8, "ffn_hidden_size": 14336, "ffn_type": "swiglu", "vocab_size": 32000,
+               "moe": {"num_experts": 8, "top_k": 2}}
+    run = dict(model=mixtral, hardware__num_devices=64, parallelism__tp=2, parallelism__ep=8,
+               parallelism__sequence_parallel=True, batch__micro_batch_size=1)
+    schema = run_case(case(**run, parallelism__dp=32), 0)
+    assert schema.error is None and "data-parallel degree" not in schema.note
+    for dp in (4, 8):
+        expert = run_case(case(**run, parallelism__dp=dp), 0)
+        assert expert.error is None, expert.error
+        assert expert.predicted_step_time_s == schema.predicted_step_time_s
+        assert f"dp {dp} read as the experts' data-parallel degree (ep 8): the dense layers' dp is 32" in expert.note
+    error = run_case(case(**run, parallelism__dp=3), 0).error
+    assert error.startswith("sc21_1p7b.plan.dp: got 3") and "dp must be 32" in error
+
+
 def test_the_experts_ffn_width_defaults_to_the_models():
     """As Megatron-Core's moe_ffn_hidden_size (and Mixtral's one intermediate_size): a case that
     gives ffn_hidden_size and no expert width runs experts of that width; with neither it is

@@ -124,10 +124,11 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
         cluster = profile.apply(cluster)
     inputs["cluster"] = cluster
     known = known_architecture(inputs["model"]) if arch != "dlrm" else None
+    experts = _expert_data_parallel(inputs) if arch == "moe" else None
     scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
     preset = _preset_note(case.get("framework"), inputs["plan"].get("framework")) if arch != "dlrm" else None
     recipe = _recipe_note(case) if arch != "dlrm" else None
-    note = "; ".join(n for n in (known, preset, recipe, note) if n) or None
+    note = "; ".join(n for n in (known, experts, preset, recipe, note) if n) or None
     try:
         result = estimate(**inputs)
     except MeshplanError as err:  # name the case in the field path
@@ -200,6 +201,31 @@ def known_architecture(model_data: dict) -> str | None:
                     added.append(f"moe.{key}")
         return f"{', '.join(added)} from the catalog's {model_id}" if added else None
     return None
+
+
+def _expert_data_parallel(inputs: dict) -> str | None:
+    """A MoE case whose ``dp`` counts the replicas of each expert (Megatron-Core's expert data
+    parallel size, the degree MoE plans often quote) where SCHEMA.md's counts those of the dense
+    layers, devices / (tp x cp x pp). Where only that reading fills the devices, ``dp`` becomes
+    the dense layers' degree: dp x ep when the experts keep the dense layers' tp x cp
+    (tp x cp x pp x dp x ep = devices), dp x ep / (tp x cp) when the expert layers fold tp and cp
+    into ep (pp x dp x ep = devices, Megatron-Core's expert_tensor_parallel_size 1). Returns a
+    note saying so, or None where ``dp`` already fills the devices or neither reading does."""
+    plan, devices = inputs["plan"], inputs["num_devices"]
+    fields = (devices, plan["tp"], plan["cp"], plan["pp"], plan.get("dp"), plan["ep"])
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in fields) or plan["ep"] == 1:
+        return None
+    model_ranks, dp, ep = plan["tp"] * plan["cp"] * plan["pp"], plan["dp"], plan["ep"]
+    if model_ranks * dp == devices:
+        return None
+    if model_ranks * dp * ep == devices:
+        dense = dp * ep
+    elif plan["pp"] * dp * ep == devices and (dp * ep) % (plan["tp"] * plan["cp"]) == 0:
+        dense = dp * ep // (plan["tp"] * plan["cp"])
+    else:
+        return None
+    plan["dp"] = dense
+    return f"dp {dp} read as the experts' data-parallel degree (ep {ep}): the dense layers' dp is {dense}"
 
 
 def _whole_micro_batches(inputs: dict) -> tuple[float, str | None]:
