@@ -1,8 +1,10 @@
 """Step time of one model scaled with device count follows the measured trend (issue 9).
 
-tests/data/scaling_cases.yaml: MLPerf Training v3.1 GPT-3 175B on NVIDIA Eos (DGX H100, FP8), the
+tests/data/scaling_cases.yaml: MLPerf Training GPT-3 175B on NVIDIA Eos (DGX H100, FP8): v3.1's
 same TP 4 x PP 8 plan at 512, 8192 and 10752 GPUs, each step time the log's steady-state
-train_step_timing (the file cites each log and plan, and lists what it infers).
+train_step_timing, and v4.0's at 512 GPUs (TP 4 x PP 8) and 10752 and 11616 (TP 4 x PP 6, per-layer
+CUDA graphs), each step time the logs' evaluation blocks (the file cites each log and plan, and
+lists what it infers).
 """
 
 from __future__ import annotations
@@ -32,13 +34,23 @@ def per_gpu_tokens_per_s(step_time_s: float, case: dict) -> float:
     return tokens / step_time_s / case["hardware"]["num_devices"]
 
 
+def _groups(scored) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for result, case in scored:
+        out.setdefault(case["group"], []).append((result, case))
+    return out
+
+
 def test_every_scaling_case_is_scored_cites_its_log_and_matches_its_tokens_per_gpu(scored):
-    assert len(scored) >= 3
-    scales = sorted(c["hardware"]["num_devices"] for _, c in scored)
-    assert scales[0] <= 512 and scales[-1] >= 8192
+    groups = _groups(scored)
+    assert set(groups) == {"mlperf_v31_gpt3_scaling", "mlperf_v40_gpt3_scaling"}
+    for group in groups.values():
+        scales = sorted(c["hardware"]["num_devices"] for _, c in group)
+        assert len(scales) >= 3 and scales[0] <= 512 and scales[-1] >= 8192
     for result, case in scored:
         assert result.error is None and result.fits, result
-        assert "github.com/mlcommons/training_results_v3.1" in case["source"]
+        release = "v3.1" if case["group"] == "mlperf_v31_gpt3_scaling" else "v4.0"
+        assert f"github.com/mlcommons/training_results_{release}" in case["source"]
         assert per_gpu_tokens_per_s(case["measured"]["step_time_s"], case) == pytest.approx(
             case["measured"]["tokens_per_s_per_gpu"], rel=1e-3)
 
@@ -46,13 +58,19 @@ def test_every_scaling_case_is_scored_cites_its_log_and_matches_its_tokens_per_g
 def test_every_scale_is_predicted_within_10_percent(scored):
     """At 8192 and 10752 GPUs the predictions were 1.23x and 1.30x the measurement while each
     interleaved chunk's parameter all-gather was chained along the pipeline's warm-up; they are
-    gathered a chunk ahead on every stage at once, as Megatron-Core does (step.interleaved_param_wait)."""
+    gathered a chunk ahead on every stage at once, as Megatron-Core does (step.interleaved_param_wait).
+    v4.0's 10752 and 11616 GPUs are 8.6% slow, where v3.1's 10752 are 3.9%: the later runs took
+    six gradient-accumulation steps over a 6-stage pipeline and measured 1% faster; the model
+    says the new layout is 3% slower."""
     for result, _ in scored:
         assert abs(result.relative_error) < 0.10, result.id
 
 
-def test_per_gpu_throughput_ratio_from_smallest_to_largest_scale_follows_the_measurement(scored):
-    ordered = sorted(scored, key=lambda rc: rc[1]["hardware"]["num_devices"])
+@pytest.mark.parametrize("group", ["mlperf_v31_gpt3_scaling", "mlperf_v40_gpt3_scaling"])
+def test_per_gpu_throughput_ratio_from_smallest_to_largest_scale_follows_the_measurement(scored, group):
+    """v3.1, 512 to 10752 GPUs: 0.66 predicted against 0.74 measured; v4.0, 512 to 11616: 0.61
+    against 0.66."""
+    ordered = sorted(_groups(scored)[group], key=lambda rc: rc[1]["hardware"]["num_devices"])
     (small, small_case), (large, large_case) = ordered[0], ordered[-1]
     measured = (per_gpu_tokens_per_s(large.measured_step_time_s, large_case)
                 / per_gpu_tokens_per_s(small.measured_step_time_s, small_case))
