@@ -3,8 +3,10 @@
 tests/data/scaling_cases.yaml: MLPerf Training GPT-3 175B on NVIDIA Eos (DGX H100, FP8): v3.1's
 same TP 4 x PP 8 plan at 512, 8192 and 10752 GPUs, each step time the log's steady-state
 train_step_timing, and v4.0's at 512 GPUs (TP 4 x PP 8) and 10752 and 11616 (TP 4 x PP 6, per-layer
-CUDA graphs), each step time the logs' evaluation blocks (the file cites each log and plan, and
-lists what it infers).
+CUDA graphs); MLPerf Training v5.0 Llama 3.1 405B, one plan shape (PP 8 x VP 8 x CP 2) on 512 to
+8192 H100s (Eos), 512 and 1024 H200s (Nebius) and 512 to 2496 GB200s (CoreWeave's Carina). v4.0's
+and v5.0's step times are the logs' evaluation blocks. The file cites each log and plan, and lists
+what it infers.
 """
 
 from __future__ import annotations
@@ -43,33 +45,43 @@ def _groups(scored) -> dict[str, list]:
 
 def test_every_scaling_case_is_scored_cites_its_log_and_matches_its_tokens_per_gpu(scored):
     groups = _groups(scored)
-    assert set(groups) == {"mlperf_v31_gpt3_scaling", "mlperf_v40_gpt3_scaling"}
-    for group in groups.values():
-        scales = sorted(c["hardware"]["num_devices"] for _, c in group)
+    assert set(groups) == set(BOUNDS)
+    for name in ("mlperf_v31_gpt3_scaling", "mlperf_v40_gpt3_scaling", "mlperf_v50_llama405b_h100"):
+        scales = sorted(c["hardware"]["num_devices"] for _, c in groups[name])
         assert len(scales) >= 3 and scales[0] <= 512 and scales[-1] >= 8192
     for result, case in scored:
         assert result.error is None and result.fits, result
-        release = "v3.1" if case["group"] == "mlperf_v31_gpt3_scaling" else "v4.0"
-        assert f"github.com/mlcommons/training_results_{release}" in case["source"]
+        release = case["group"].split("_")[1]  # v31, v40, v50
+        assert f"github.com/mlcommons/training_results_{release[:2]}.{release[2:]}" in case["source"]
         assert per_gpu_tokens_per_s(case["measured"]["step_time_s"], case) == pytest.approx(
             case["measured"]["tokens_per_s_per_gpu"], rel=1e-3)
 
 
-def test_every_scale_is_predicted_within_10_percent(scored):
+#: per group, the largest error any of its scales may have
+BOUNDS = {"mlperf_v31_gpt3_scaling": 0.10, "mlperf_v40_gpt3_scaling": 0.10, "mlperf_v50_llama405b_h100": 0.05,
+          "mlperf_v50_llama405b_h200": 0.06, "mlperf_v50_llama405b_gb200": 0.12}
+
+
+def test_every_scale_is_predicted_within_its_groups_bound(scored):
     """At 8192 and 10752 GPUs the predictions were 1.23x and 1.30x the measurement while each
     interleaved chunk's parameter all-gather was chained along the pipeline's warm-up; they are
     gathered a chunk ahead on every stage at once, as Megatron-Core does (step.interleaved_param_wait).
     v4.0's 10752 and 11616 GPUs are 8.6% slow, where v3.1's 10752 are 3.9%: the later runs took
     six gradient-accumulation steps over a 6-stage pipeline and measured 1% faster; the model
-    says the new layout is 3% slower."""
-    for result, _ in scored:
-        assert abs(result.relative_error) < 0.10, result.id
+    says the new layout is 3% slower. Llama 3.1 405B on H100 is within 2% from 512 to 8192 GPUs,
+    on H200 within 4.2%; on GB200 every scale is 9-10% fast, as NeMo 25.04's performance summary
+    and DGX Cloud benchmarking v25.05 find for the same layout on 128 to 512 GB200s (-11% to -16%;
+    not in the test data), where B200's (Megatron-Bridge 25.11) is -6%: a Blackwell miss these
+    runs do not explain."""
+    for result, case in scored:
+        assert abs(result.relative_error) < BOUNDS[case["group"]], result.id
 
 
-@pytest.mark.parametrize("group", ["mlperf_v31_gpt3_scaling", "mlperf_v40_gpt3_scaling"])
+@pytest.mark.parametrize("group", sorted(BOUNDS))
 def test_per_gpu_throughput_ratio_from_smallest_to_largest_scale_follows_the_measurement(scored, group):
     """v3.1, 512 to 10752 GPUs: 0.66 predicted against 0.74 measured; v4.0, 512 to 11616: 0.61
-    against 0.66."""
+    against 0.66; v5.0 on H100, 512 to 8192: 0.85 against 0.88; on GB200, 512 to 2496: 0.93
+    against 0.95."""
     ordered = sorted(_groups(scored)[group], key=lambda rc: rc[1]["hardware"]["num_devices"])
     (small, small_case), (large, large_case) = ordered[0], ordered[-1]
     measured = (per_gpu_tokens_per_s(large.measured_step_time_s, large_case)
