@@ -204,7 +204,7 @@ def known_architecture(model_data: dict) -> str | None:
 
 
 def _expert_data_parallel(inputs: dict) -> str | None:
-    """A MoE case whose ``dp`` counts the replicas of each expert (Megatron-Core's expert data
+    """An MoE case whose ``dp`` counts the replicas of each expert (Megatron-Core's expert data
     parallel size, the degree MoE plans often quote) where SCHEMA.md's counts those of the dense
     layers, devices / (tp x cp x pp). Where only that reading fills the devices, ``dp`` becomes
     the dense layers' degree: dp x ep when the experts keep the dense layers' tp x cp
