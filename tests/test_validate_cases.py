@@ -59,7 +59,8 @@ def test_a_bad_case_is_reported_and_the_others_are_scored(tmp_path):
     assert results[1].error.startswith("bad_tp.num_devices") and "tp*cp*pp" in results[1].error
     assert results[2].error and results[3].error.startswith("no_model.model")
     assert summarize(results)["g"] == {"cases": 1, "failed": 2, "median_abs_error": abs(results[0].relative_error),
-                                       "max_abs_error": abs(results[0].relative_error)}
+                                       "max_abs_error": abs(results[0].relative_error),
+                                       "median_error": results[0].relative_error}
 
 
 def test_a_null_option_is_the_same_as_leaving_it_out():
@@ -474,6 +475,19 @@ def test_cli_json_lists_failed_cases_with_their_error(monkeypatch, capsys, tmp_p
     assert rows[0]["error"] is None and rows[1]["error"].startswith("nan.measured.step_time_s")
     code, out, _ = run_cli(monkeypatch, capsys, "validate", str(path))
     assert code == 0 and "not scored" in out
+
+
+def test_each_group_reports_its_bias_the_median_signed_error(monkeypatch, capsys, tmp_path):
+    """Group g's two cases predicted 10% and 30% slower than measured: median |error| 20%, bias
+    +20%; group h's two 10% and 30% faster: bias -20%."""
+    predicted = run_case(GOOD, 0).predicted_step_time_s
+    slow = [case(id=f"s{k}", measured__step_time_s=predicted / f) for k, f in enumerate((1.1, 1.3))]
+    fast = [case(id=f"f{k}", group="h", measured__step_time_s=predicted / f) for k, f in enumerate((0.9, 0.7))]
+    stats = summarize(validate(write(tmp_path, slow + fast)))
+    assert stats["g"]["median_error"] == pytest.approx(0.2) == pytest.approx(stats["g"]["median_abs_error"])
+    assert stats["h"]["median_error"] == pytest.approx(-0.2)
+    code, out, _ = run_cli(monkeypatch, capsys, "validate", str(tmp_path / "cases.yaml"))
+    assert code == 0 and "bias" in out and "+20.0%" in out and "-20.0%" in out
 
 
 @pytest.mark.skipif(not CASES.is_file(), reason="shared/validation is not beside the repo")

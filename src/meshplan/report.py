@@ -205,13 +205,14 @@ def validation_tables(results, summary) -> list[Table]:
             cases.add_row(r.id, r.group, _s(r.measured_step_time_s), _s(r.predicted_step_time_s),
                           f"{r.relative_error:+.1%}" + ("" if r.fits else " (predicted not to fit)")
                           + (f" ({r.note})" if r.note else ""))
-    groups = Table(title="Absolute error per group", header_style="bold")
-    for col in ("group", "cases", "not scored", "median", "max"):
+    # median and max of the absolute error; bias, the median signed one (below 0: predicted fast)
+    groups = Table(title="Error per group", header_style="bold")
+    for col in ("group", "cases", "not scored", "median", "max", "bias"):
         groups.add_column(col, justify="left" if col == "group" else "right")
     for g, stats in summary.items():
-        median = "-" if stats["median_abs_error"] is None else f"{stats['median_abs_error']:.1%}"
-        worst = "-" if stats["max_abs_error"] is None else f"{stats['max_abs_error']:.1%}"
-        groups.add_row(g, str(stats["cases"]), str(stats["failed"]), median, worst)
+        cells = [("-" if stats[k] is None else f"{stats[k]:{form}}")
+                 for k, form in (("median_abs_error", ".1%"), ("max_abs_error", ".1%"), ("median_error", "+.1%"))]
+        groups.add_row(g, str(stats["cases"]), str(stats["failed"]), *cells)
     return [cases, groups]
 
 

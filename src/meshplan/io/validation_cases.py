@@ -307,18 +307,21 @@ def validate(path: str | Path, progress=None, profile: str | Path | Profile | No
 
 
 def summarize(results: list[CaseResult]) -> dict[str, dict]:
-    """Per group: cases scored, cases that failed, median and maximum absolute relative error
-    (None where no case of the group was scored)."""
+    """Per group: cases scored, cases that failed, median and maximum absolute relative error,
+    and the median signed one (the group's bias: below 0, predicted fast); None where no case of
+    the group was scored."""
     groups: dict[str, list[float]] = {}
     failed: dict[str, int] = {}
     for r in results:
         groups.setdefault(r.group, [])
         if r.relative_error is not None:
-            groups[r.group].append(abs(r.relative_error))
+            groups[r.group].append(r.relative_error)
         else:
             failed[r.group] = failed.get(r.group, 0) + 1
     return {
         g: {"cases": len(errs), "failed": failed.get(g, 0),
-            "median_abs_error": statistics.median(errs) if errs else None, "max_abs_error": max(errs, default=None)}
+            "median_abs_error": statistics.median(map(abs, errs)) if errs else None,
+            "max_abs_error": max(map(abs, errs), default=None),
+            "median_error": statistics.median(errs) if errs else None}
         for g, errs in groups.items()
     }
