@@ -3,10 +3,10 @@
 tests/data/scaling_cases.yaml: MLPerf Training GPT-3 175B on NVIDIA Eos (DGX H100, FP8): v3.1's
 same TP 4 x PP 8 plan at 512, 8192 and 10752 GPUs, each step time the log's steady-state
 train_step_timing, and v4.0's at 512 GPUs (TP 4 x PP 8) and 10752 and 11616 (TP 4 x PP 6, per-layer
-CUDA graphs); MLPerf Training v5.0 Llama 3.1 405B, one plan shape (PP 8 x VP 8 x CP 2) on 512 to
-8192 H100s (Eos), 512 and 1024 H200s (Nebius) and 512 to 2496 GB200s (CoreWeave's Carina). v4.0's
-and v5.0's step times are the logs' evaluation blocks. The file cites each log and plan, and lists
-what it infers.
+CUDA graphs), and v4.1's (TP 4 x PP 8) on a B200 preview, on Eos and on Oracle's H100s; MLPerf
+Training v5.0 Llama 3.1 405B, one plan shape (PP 8 x VP 8 x CP 2) on 512 to 8192 H100s (Eos), 512
+and 1024 H200s (Nebius) and 512 to 2496 GB200s (CoreWeave's Carina). From v4.0 on, step times are
+the logs' evaluation blocks. The file cites each log and plan, and lists what it infers.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ CASES = Path(__file__).parent / "data" / "scaling_cases.yaml"
 #: the per-GPU throughput ratio, largest over smallest scale, within this much of the measured one
 RATIO_TOLERANCE = 0.15
 #: per group, the largest error any of its scales may have
-BOUNDS = {"mlperf_v31_gpt3_scaling": 0.10, "mlperf_v40_gpt3_scaling": 0.10, "mlperf_v50_llama405b_h100": 0.05,
+BOUNDS = {"mlperf_v31_gpt3_scaling": 0.10, "mlperf_v40_gpt3_scaling": 0.10, "mlperf_v41_gpt3_b200": 0.05,
+          "mlperf_v41_gpt3_eos": 0.07, "mlperf_v41_gpt3_oracle": 0.12, "mlperf_v50_llama405b_h100": 0.05,
           "mlperf_v50_llama405b_h200": 0.06, "mlperf_v50_llama405b_gb200": 0.12}
 
 
@@ -54,7 +55,7 @@ def test_every_scaling_case_is_scored_cites_its_log_and_matches_its_tokens_per_g
         assert len(scales) >= 3 and scales[0] <= 512 and scales[-1] >= 8192
     for result, case in scored:
         assert result.error is None and result.fits, result
-        release = case["group"].split("_")[1]  # v31, v40, v50
+        release = case["group"].split("_")[1]  # v31, v40, v41, v50
         assert f"github.com/mlcommons/training_results_{release[:2]}.{release[2:]}" in case["source"]
         assert per_gpu_tokens_per_s(case["measured"]["step_time_s"], case) == pytest.approx(
             case["measured"]["tokens_per_s_per_gpu"], rel=1e-3)
@@ -70,16 +71,19 @@ def test_every_scale_is_predicted_within_its_groups_bound(scored):
     on H200 within 4.2%; on GB200 every scale is 9-10% fast, as NeMo 25.04's performance summary
     and DGX Cloud benchmarking v25.05 find for the same layout on 128 to 512 GB200s (-11% to -16%;
     not in the test data), where B200's (Megatron-Bridge 25.11) is -6%: a Blackwell miss these
-    runs do not explain."""
+    runs do not explain. v4.1's GPT-3 on a B200 preview (64 GPUs) is within 1%, on Eos (NeMo 24.09)
+    4-5% slow; Oracle's 3072 H100s (RoCE, taken as dgx-h100's InfiniBand) are 10% fast where its
+    1536 are within 2%."""
     for result, case in scored:
         assert abs(result.relative_error) < BOUNDS[case["group"]], result.id
 
 
-@pytest.mark.parametrize("group", sorted(BOUNDS))
+@pytest.mark.parametrize("group", sorted(g for g in BOUNDS if g != "mlperf_v41_gpt3_b200"))
 def test_per_gpu_throughput_ratio_from_smallest_to_largest_scale_follows_the_measurement(scored, group):
     """v3.1, 512 to 10752 GPUs: 0.66 predicted against 0.74 measured; v4.0, 512 to 11616: 0.61
-    against 0.66; v5.0 on H100, 512 to 8192: 0.85 against 0.88; on GB200, 512 to 2496: 0.93
-    against 0.95."""
+    against 0.66; v4.1 on Eos, 256 to 512: 0.97 against 0.97, on Oracle's H100s, 1536 to 3072: 0.89
+    against 0.79; v5.0 on H100, 512 to
+    8192: 0.85 against 0.88; on GB200, 512 to 2496: 0.93 against 0.95."""
     ordered = sorted(_groups(scored)[group], key=lambda rc: rc[1]["hardware"]["num_devices"])
     (small, small_case), (large, large_case) = ordered[0], ordered[-1]
     measured = (per_gpu_tokens_per_s(large.measured_step_time_s, large_case)
