@@ -98,18 +98,28 @@ def test_precision_spellings_of_published_tables(spelling, precision, scaling):
     assert "fp4" in (run_case(case(precision="nvfp4", hardware__cluster="dgx-h100"), 0).error or "")
 
 
-@pytest.mark.parametrize("spelling", ["squared-relu", "Squared ReLU", "relu2"])
-def test_ffn_type_spellings_of_configs(spelling):
-    """NeMo's Nemotron configs write squared-relu, Hugging Face's relu2: the schema's squared_relu."""
-    expected = run_case(case(model__ffn_type="squared_relu"), 0).predicted_step_time_s
+@pytest.mark.parametrize("spelling, ffn_type", [("squared-relu", "squared_relu"), ("Squared ReLU", "squared_relu"),
+                                                 ("relu2", "squared_relu"), ("silu", "swiglu"), ("gelu_new", "gelu"),
+                                                 ("gated-gelu", "geglu")])
+def test_ffn_type_spellings_of_configs(spelling, ffn_type):
+    """NeMo's Nemotron configs write squared-relu, Hugging Face's relu2: the schema's squared_relu;
+    Hugging Face's silu is the gated Llama MLP's (swiglu), its gelu_new GPT-2's plain one, T5 v1.1's
+    gated-gelu geglu."""
+    expected = run_case(case(model__ffn_type=ffn_type), 0).predicted_step_time_s
     assert run_case(case(model__ffn_type=spelling), 0).predicted_step_time_s == expected
 
 
 def test_activation_recompute_may_be_a_flag():
-    """--checkpoint-activations / activation_checkpointing: true is full recompute."""
-    for flag, word in ((True, "full"), (False, "none")):
-        assert (run_case(case(parallelism__activation_recompute=flag), 0).predicted_step_time_s
-                == run_case(case(parallelism__activation_recompute=word), 0).predicted_step_time_s)
+    """--checkpoint-activations / activation_checkpointing: true is full recompute; so is the flag
+    written as a word, and Megatron's recompute methods (uniform, block); a word that goes on to
+    say more is its first word; a word that is none of these is still refused, naming the field."""
+    for flags, word in (((True, "true", "Yes", "uniform", "block", "full (uniform)"), "full"),
+                        ((False, "false", "off"), "none"), (("selective (core attention)", "Selective, attention"), "selective")):
+        expected = run_case(case(parallelism__activation_recompute=word), 0).predicted_step_time_s
+        for flag in flags:
+            assert run_case(case(parallelism__activation_recompute=flag), 0).predicted_step_time_s == expected, flag
+    error = run_case(case(parallelism__activation_recompute="sometimes"), 0).error
+    assert error.startswith("sc21_1p7b.plan.recompute: got 'sometimes'")
 
 
 @pytest.mark.parametrize("published", [514, 500])
@@ -134,6 +144,15 @@ def test_framework_spellings_pick_the_catalog_preset(spelling):
 
     assert framework_name(spelling) in ("nemo", "megatron-core")
     assert framework_name("maxtext") is None and framework_name(None) is None
+    assert framework_name("PyTorch FSDP2") == framework_name("fsdp2") == "pytorch-fsdp"
+
+
+@pytest.mark.parametrize("spelling", ["dgx_h100", "DGX H100", "DGX-H100"])
+def test_a_cluster_id_with_other_punctuation_is_the_catalogs(spelling):
+    expected = run_case(case(hardware__cluster="dgx-h100"), 0).predicted_step_time_s
+    assert run_case(case(hardware__cluster=spelling), 0).predicted_step_time_s == expected
+    error = run_case(case(hardware__cluster="dgx h900"), 0).error
+    assert error.startswith("sc21_1p7b.hardware.cluster: got 'dgx h900'")
 
 
 @pytest.mark.parametrize("spelling, preset", [

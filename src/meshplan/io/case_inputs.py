@@ -41,7 +41,7 @@ def _get(case: dict, path: str, where: str):
 _FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-core", "mcore": "megatron-core",
                       "llmfoundry": "llm-foundry", "composer": "llm-foundry", "mosaicml": "llm-foundry",
                       "mosaicml-composer": "llm-foundry", "mosaicml-llm-foundry": "llm-foundry",
-                      "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp",
+                      "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp", "pytorch-fsdp2": "pytorch-fsdp",
                       "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
 
 
@@ -62,13 +62,18 @@ _PRECISION_ALIASES = {
 }
 
 #: ffn_type as configs spell it (keyed by name_key): NeMo's Nemotron configs say squared-relu,
-#: Hugging Face's Nemotron config relu2 (hidden_act), both the schema's squared_relu
+#: Hugging Face's Nemotron config relu2 (hidden_act), both the schema's squared_relu; Hugging
+#: Face's silu is the gated Llama-family MLP's activation (LlamaMLP: down(silu(gate) * up)), and its
+#: gelu_new GPT-2's tanh GELU in a plain MLP; T5 v1.1 calls its gated GELU gated-gelu
 _FFN_TYPES = {"gelu": "gelu", "relu": "relu", "squaredrelu": "squared_relu", "relu2": "squared_relu",
-              "swiglu": "swiglu", "geglu": "geglu"}
+              "swiglu": "swiglu", "geglu": "geglu", "silu": "swiglu", "gelunew": "gelu", "gatedgelu": "geglu"}
 
 #: activation_recompute as a yes/no flag (Megatron-LM's --checkpoint-activations, DeepSpeed's
-#: activation_checkpointing): every layer recomputed, or none
+#: activation_checkpointing): every layer recomputed, or none; the flag written as a word; and
+#: Megatron's recompute methods, uniform and block, which recompute whole layers (full granularity)
 _RECOMPUTE_FLAGS = {True: "full", False: "none"}
+_RECOMPUTE_WORDS = {"true": "full", "yes": "full", "on": "full", "false": "none", "no": "none", "off": "none",
+                    "uniform": "full", "block": "full"}
 
 
 def _word(value):
@@ -97,8 +102,15 @@ def _zero_stage(value) -> bool:
 
 
 def _recompute(value):
-    """activation_recompute: none | selective | full, or a yes/no flag (full or none)."""
-    return _RECOMPUTE_FLAGS[value] if isinstance(value, bool) else _word(value)
+    """activation_recompute: none | selective | full, or a yes/no flag (full or none); a word
+    that goes on to say more ("selective (core attention)", "full, uniform") is its first word."""
+    if isinstance(value, bool):
+        return _RECOMPUTE_FLAGS[value]
+    word = _word(value)
+    if not isinstance(word, str):
+        return word
+    first = re.split(r"[\s(,;:]+", word, maxsplit=1)[0]
+    return first if first in ("none", "selective", "full") else _RECOMPUTE_WORDS.get(first, word)
 
 
 #: NeMo's containers whose launcher ran the nemo-launcher preset (catalog/frameworks.yaml: it

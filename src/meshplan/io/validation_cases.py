@@ -257,6 +257,8 @@ def _cluster(case: dict, case_id: str):
     cluster_id = _word(_get(case, "hardware.cluster", case_id))
     if not isinstance(cluster_id, str):
         raise MeshplanError(f"{case_id}.hardware.cluster", cluster_id, f"a cluster id: {', '.join(catalog.cluster_ids())}")
+    # an id written with other punctuation ("dgx_h100", "DGX H100") is the catalog's
+    cluster_id = {name_key(known): known for known in catalog.cluster_ids()}.get(name_key(cluster_id), cluster_id)
     try:
         cluster = catalog.cluster(cluster_id)
     except MeshplanError as err:
