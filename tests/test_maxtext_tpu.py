@@ -17,11 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "maxtext_tpu_v4.yaml"
 
 
-def _fit_module():
-    spec = importlib.util.spec_from_file_location("fit_tpu_gemm", ROOT / "benchmarks" / "fit_tpu_gemm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_spec = importlib.util.spec_from_file_location("fit_tpu_gemm", ROOT / "benchmarks" / "fit_tpu_gemm.py")
+fit = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fit)
 
 
 def test_every_run_converts_its_tflops_to_the_step_time():
@@ -40,7 +38,6 @@ def test_every_run_converts_its_tflops_to_the_step_time():
 
 
 def test_the_catalog_holds_the_fitted_gemm():
-    fit = _fit_module()
     assert catalog.efficiency("tpu").kernels.gemm_of("bf16").sm_fraction == pytest.approx(
         fit.fit(yaml.safe_load(DATA.read_text())), abs=2e-4)
 
@@ -59,6 +56,5 @@ def test_palm_held_out_of_the_fit():
     """PaLM 540B on 6144 chips with its whole local batch as one micro-batch and full recompute:
     within 5% of its 238.3K tokens/s (Chowdhery et al. 2022), though it recomputed less and ran
     parallel layers."""
-    fit = _fit_module()
     (error,) = fit.errors(catalog.efficiency("tpu").kernels.gemm_of("bf16").sm_fraction, [fit.PALM]).values()
     assert abs(error) <= 0.05
