@@ -348,3 +348,30 @@ def test_a_quick_run_falls_back_to_the_curves_and_says_so(measured):
     assert "kernels" not in profile["efficiency"]
     assert profile["fit"]["kernels"]["fitted"] is False and "too few rows" in profile["fit"]["kernels"]["reason"]
     assert "no kernel models fitted" in profile["efficiency"]["source"]
+
+
+@pytest.mark.parametrize("unheld_s, held_calls, expected_s", [
+    (30e-6, 1, 6e-6),  # dispatch-bound: timed again behind the hold, and that time kept
+    (400e-6, 0, 400e-6),  # a long kernel keeps ahead of its dispatch: never held (burst clocks)
+])
+def test_a_short_kernel_is_timed_again_queued_behind_a_hold(monkeypatch, unheld_s, held_calls, expected_s):
+    from types import SimpleNamespace
+
+    import torch
+
+    from meshplan.calibrate import timing
+
+    calls = []
+
+    def events_s(run, inputs, device, repeats, hold_cycles):
+        calls.append(hold_cycles)
+        return 6e-6 if hold_cycles else unheld_s
+
+    monkeypatch.setattr(timing, "_events_s", events_s)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None, raising=False)
+    cuda = SimpleNamespace(type="cuda")
+    assert timing.median_time_s(lambda x: x, [0], cuda, warmup=1, repeats=20) == expected_s
+    assert calls == [0] + [timing.HOLD_CYCLES_PER_CALL * 20] * held_calls
+    calls.clear()  # whole layers: what the host takes to issue them is measured, never held
+    assert timing.median_time_s(lambda x: x, [0], cuda, warmup=1, repeats=20, queued=False) == unheld_s
+    assert calls == [0]

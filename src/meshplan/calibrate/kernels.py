@@ -139,8 +139,8 @@ def layer_row(layer: Layer, device, sizes: Sizes) -> tuple:
     inputs = input_sets(make, 4.0 * b * s * h, device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    fwd = median_time_s(forward, inputs, device, sizes.warmup, sizes.repeats)
-    fwd_bwd = median_time_s(forward_backward, inputs, device, sizes.warmup, sizes.repeats)
+    fwd = median_time_s(forward, inputs, device, sizes.warmup, sizes.repeats, queued=False)
+    fwd_bwd = median_time_s(forward_backward, inputs, device, sizes.warmup, sizes.repeats, queued=False)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
     flop = 3.0 * layer.fwd_flop_gemm + 3.5 * layer.fwd_flop_attn  # backward: 2x the GEMMs, 2.5x attention
     return (*layer.key, fwd, fwd_bwd, layer.params, f"{layer.fwd_flop_gemm:.4e}", f"{layer.fwd_flop_attn:.4e}",
