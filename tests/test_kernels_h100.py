@@ -179,3 +179,28 @@ def test_fp8_training_runs_attention_at_the_bf16_peak():
     fp8 = Roofline.of(DEVICE, catalog.efficiency("hopper"), "fp8")
     assert fp8.attention_chip.peak_flop_per_s == DEVICE.peak("bf16")
     assert fp8.chip.peak_flop_per_s == DEVICE.peak("fp8")
+
+
+def _overlap_contention():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "overlap_contention.py"
+    spec = importlib.util.spec_from_file_location("overlap_contention", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_hoppers_overlap_slowdown_is_what_an_nccl_like_copy_costs_its_gemms():
+    """overlap_contention.csv: GEMMs beside a copy kernel of 8-48 CTAs on the H100 machine
+    (benchmarks/overlap_contention.py). The slowdown grows with the CTAs the copy holds, and the
+    profile's figure (carried over from Ampere's fit) lies within what 16 to 48 CTAs cost, the
+    channels NCCL runs over NVLink."""
+    bench = _overlap_contention()
+    data = bench.read(DATA / "overlap_contention.csv")
+    sm = [r for r in data if r["side"] == "sm"]
+    assert len(sm) == 50 and all(float(r["covered"]) >= bench.COVERED for r in sm)
+    medians = {ctas: value for (side, ctas), (value, _, _) in bench.summary(data).items() if side == "sm"}
+    assert list(medians) == [8, 16, 24, 32, 48]
+    assert all(a < b for a, b in zip(medians.values(), list(medians.values())[1:]))
+    assert medians[16] <= catalog.efficiency("hopper").overlap_slowdown <= medians[48]
