@@ -8,7 +8,7 @@ A collective's kernels move data through the GPU the way a copy does. Two kinds 
 
 - ``sm``: a copy kernel of a few CTAs, each streaming its own slice of a 512 MiB buffer, as
   NCCL's kernels run one CTA per channel (16 to 32 channels on NVLink);
-- ``ce``: back-to-back 16 MiB device-to-device copies, which CUDA runs on a copy engine, as
+- ``ce``: back-to-back 256 MiB device-to-device copies, which CUDA runs on a copy engine, as
   Transformer Engine's ring-exchange userbuffers send (``use_ce``, its default).
 
 Each GEMM shape (Llama 3 70B's per-rank GEMMs at tensor parallel 4 and 8192 tokens, and an 8192
@@ -65,7 +65,9 @@ def measure(out: Path) -> None:
     src = torch.randn(elements, device=device, dtype=torch.bfloat16)
     dst = torch.empty_like(src)
     main, side = torch.cuda.Stream(), torch.cuda.Stream()
-    chunk = 1 << 23  # a 16 MiB copy-engine copy
+    # a 256 MiB copy-engine copy: 16 MiB ones were issued no faster than the GPU ran them, so
+    # they ended before the GEMMs began (covered 0 on the H100 machine)
+    chunk = 1 << 27
 
     def timed(stream, launch) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
