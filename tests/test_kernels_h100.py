@@ -204,3 +204,52 @@ def test_hoppers_overlap_slowdown_is_what_an_nccl_like_copy_costs_its_gemms():
     assert list(medians) == [8, 16, 24, 32, 48]
     assert all(a < b for a, b in zip(medians.values(), list(medians.values())[1:]))
     assert medians[16] <= catalog.efficiency("hopper").overlap_slowdown <= medians[48]
+
+
+#: `meshplan calibrate --model llama3-70b` as the H100 machine ran it on 2026-11-27 (another card
+#: than the shared files', by calibrate's own harness; tests/data/h100-sxm-calibrate/README.md)
+FRESH = Path(__file__).parent / "data" / "h100-sxm-calibrate"
+
+
+def _fresh(name: str) -> list[dict]:
+    with (FRESH / name).open() as f:
+        return list(csv.DictReader(f))
+
+
+def _median_error(predicted, measured) -> float:
+    return float(np.median(np.abs(np.asarray(predicted, dtype=float) / np.asarray(measured, dtype=float) - 1.0)))
+
+
+def test_the_hopper_models_predict_a_fresh_calibrate_run_on_another_h100():
+    """The catalog's Hopper kernels, fitted on the shared files, against what calibrate measured on
+    another H100: kernels of 100 us and more (below that calibrate and the shared harness time
+    the call differently: a held queue against 25 us of per-call isolation), and whole layers with
+    the host's dispatch. Median within 8% each: the cards and harnesses differ by a few percent."""
+    for precision, element_bytes in (("bf16", 2.0), ("fp8", 1.0)):
+        data = [r for r in _fresh(f"gemm_{precision}.csv") if float(r["time_s"]) >= 1e-4]
+        assert len(data) >= 40
+        g = KERNELS.gemm_of(precision)
+        predicted = [gemm_s(float(r["m"]), float(r["k"]), float(r["n"]), element_bytes, g, chip(precision)) for r in data]
+        assert _median_error(predicted, [float(r["time_s"]) for r in data]) <= 0.08, precision
+    data = _fresh("attention.csv")
+    assert _median_error(_attention(data, False), [float(r["fwd_s"]) for r in data]) <= 0.08
+    assert _median_error(_attention(data, True), [float(r["fwd_bwd_s"]) - float(r["fwd_s"]) for r in data]) <= 0.08
+    data = [r for r in _fresh("memory_ops.csv") if float(r["time_s"]) >= 1e-4]
+    m = KERNELS.memory
+    predicted = [memory_op_s(float(r["bytes_moved"]), MEASURED_CLASS[r["op"]], m, DEVICE.hbm_bytes_per_s) for r in data]
+    assert _median_error(predicted, [float(r["time_s"]) for r in data]) <= 0.08
+    layers = [r for r in _fresh("layer.csv") if r["model"] != "probe"]
+    predicted = [layer_times_s(r["model"], int(r["tp"]), int(r["micro_batch"]), int(r["seq"]))[1] for r in layers]
+    assert _median_error(predicted, [float(r["fwd_bwd_s"]) for r in layers]) <= 0.08
+
+
+def test_the_profile_calibrate_wrote_on_an_h100_estimates_as_the_catalog_does():
+    """The profile.yaml calibrate wrote there loads, and a Llama 3 70B step on it comes within 10%
+    of the catalog profile's: the same kind of card, its own fit."""
+    from meshplan import api
+
+    job = dict(num_devices=64, tp=4, pp=4, global_batch_size=128, precision="bf16")
+    catalog_s = api.estimate("llama3-70b", "dgx-h100", **job).step_time_s
+    fresh_s = api.estimate("llama3-70b", "dgx-h100", profile=str(FRESH / "profile.yaml"), **job).step_time_s
+    assert fresh_s != catalog_s
+    assert fresh_s == pytest.approx(catalog_s, rel=0.10)
