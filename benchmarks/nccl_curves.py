@@ -7,6 +7,7 @@ error over the sizes, and the sizes within 15%.
                                                   # NVLS_FILL_LOOPS (meshplan.network.algorithms)
     python benchmarks/nccl_curves.py --fit-p2p    # refit P2P_NVLINK_FRACTION
     python benchmarks/nccl_curves.py --fit-nvlink5  # refit the NVLink5 levels' efficiency
+    python benchmarks/nccl_curves.py --fit-launch   # refit LAUNCH_PER_GPU_S (meshplan.io.nccl_tests)
 
 The fit is least squares on the relative bus-bandwidth error of one 8x H100 node's NVLS
 all-reduce (h100-together-nvls) from 4 MiB up, where its one thread driving all 8 GPUs no longer
@@ -15,7 +16,9 @@ ratio of two slopes from 256 to 512 MiB of NVIDIA's 8x H100 alltoall_perf sweep
 (h100-aiconfigurator): the measured time's, and the model's at the full link; the H200, A100 and
 B200 sweeps give theirs for comparison. The NVLink5 levels' efficiency is fitted the same way on
 the ring all-gather and reduce-scatter of NVIDIA's 8x B200 sweep (b200-aiconfigurator); GB200's
-and GB300's 4-GPU sweeps are held out.
+and GB300's 4-GPU sweeps are held out. The launch time a GPU of a thread that drives several
+(nccl-tests -g) is the median time of that NVLS all-reduce up to 64 KiB over its 8 GPUs; its ring
+runs, all-gathers and reduce-scatters, and SuperBench's 8x A100 node are held out.
 """
 
 from __future__ import annotations
@@ -116,11 +119,39 @@ def fit_nvlink5() -> None:
         print(f"  held out: {system} 4 GPUs, three collectives >= 64M ({len(held)} sizes): median {np.median(e):.1%}, max {e.max():.1%}")
 
 
+#: the sizes whose time is the launches alone: the model's collective takes under half of it
+LAUNCH_LARGEST = 64 << 10
+
+
+def fit_launch() -> None:
+    """LAUNCH_PER_GPU_S: the median time of Together AI's NVLS all-reduce up to 64 KiB (one thread
+    launching each call on all 8 GPUs, nccl-tests -g 8) over its 8 GPUs."""
+    from meshplan.io import nccl_tests
+
+    rows = [r for r in curve_points() if r["system"] == FIT_SYSTEM and r["collective"] == "all_reduce"
+            and float(r["size_bytes"]) <= LAUNCH_LARGEST]
+    times = [float(r["time_us"]) for r in rows]
+    per_gpu = float(np.median(times)) * 1e-6 / int(rows[0]["gpus_per_thread"])
+    print(f"fitted on {FIT_SYSTEM} all_reduce <= {_size(LAUNCH_LARGEST)} ({len(rows)} sizes, {min(times):.1f}-"
+          f"{max(times):.1f} us, median {np.median(times):.1f}): LAUNCH_PER_GPU_S {per_gpu * 1e6:.2f} us")
+    nccl_tests.LAUNCH_PER_GPU_S = per_gpu
+    for system in ("h100-together-nvls", "h100-together-ring", "a100-40g-superbench"):
+        for kind in ("all_reduce", "all_gather", "reduce_scatter"):
+            if (system, kind) == (FIT_SYSTEM, "all_reduce"):
+                continue
+            held = [r for r in curve_points() if r["system"] == system and r["collective"] == kind
+                    and float(r["size_bytes"]) <= LAUNCH_LARGEST]
+            e = np.abs(errors(held))
+            print(f"  held out: {system} {kind} <= {_size(LAUNCH_LARGEST)} ({len(held)} sizes): "
+                  f"median {np.median(e):.1%}, max {e.max():.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit-nvls", action="store_true", help="refit the NVLS chunk cost and pipeline fill")
     parser.add_argument("--fit-p2p", action="store_true", help="refit the share of NVLink grouped sends reach")
     parser.add_argument("--fit-nvlink5", action="store_true", help="refit the NVLink5 levels' achieved fraction")
+    parser.add_argument("--fit-launch", action="store_true", help="refit the launch time a GPU of nccl-tests -g")
     args = parser.parse_args()
     if args.fit_nvls:
         fit_nvls()
@@ -128,6 +159,8 @@ def main() -> None:
         fit_p2p()
     elif args.fit_nvlink5:
         fit_nvlink5()
+    elif args.fit_launch:
+        fit_launch()
     else:
         table()
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from meshplan import catalog
 from meshplan.costs.collectives import collective_s, group_span
+from meshplan.io.nccl_tests import launch_floor_s
 from meshplan.network.algorithms import nvls_chunk_bytes
 from meshplan.network.tuner import choose
 
@@ -47,12 +48,15 @@ def curve_points():
 
 
 def model_busbw(row) -> float:
+    """The model's bus bandwidth as the row's run timed it: the collective, or the launches where
+    one thread drove several GPUs (``gpus_per_thread``, nccl-tests -g) and they take longer."""
     nodes, ppn = int(row["nodes"]), int(row["gpus_per_node"])
     n = nodes * ppn
     span = group_span(measured_cluster(row["system"]), n, 8 // ppn)
     size = float(row["size_bytes"])
     algorithm = "ring" if row["system"].endswith("-ring") else "auto"  # run with NCCL_ALGO=Ring
-    return size / collective_s(row["collective"], size, span, algorithm) * BUS_FACTOR[row["collective"]](n) / 1e9
+    seconds = max(collective_s(row["collective"], size, span, algorithm), launch_floor_s(int(row["gpus_per_thread"])))
+    return size / seconds * BUS_FACTOR[row["collective"]](n) / 1e9
 
 
 def measured_busbw(row) -> float:
@@ -99,8 +103,8 @@ def test_published_nccl_tests_curves_within_15_percent(system, collective, nodes
 
 #: (system, collective, smallest size) of 8-GPU H100 curves the model holds within 15% bus
 #: bandwidth from that size to the largest published (8 or 16 GiB): Together AI's node (NCCL
-#: 2.26.2, NCCL's own choice and NCCL_ALGO=Ring) from 4 MiB, below which its one thread driving
-#: all 8 GPUs (nccl-tests -g 8) floors every call at about 35 us (test below); xxrjun's node
+#: 2.26.2, NCCL's own choice and NCCL_ALGO=Ring) from 4 MiB (below, each call takes at least the 8
+#: launches of its one thread driving all 8 GPUs, nccl-tests -g 8: test below); xxrjun's node
 #: (NCCL 2.29.2) from its smallest, 32 MiB
 SINGLE_NODE_H100 = [
     (system, collective, smallest)
@@ -244,28 +248,43 @@ def test_nvlink5_ring_efficiency_fits_b200_and_holds_on_gb200_and_gb300():
     assert len(held) == 24 and max(abs(e) for e in held) < 0.1505
 
 
-def test_one_thread_driving_8_gpus_is_a_known_floor():
-    """nccl-tests -g 8 (one thread launching the collective on all 8 GPUs, Together AI's runs)
-    takes 34-43 us for any call up to 2 MiB, where one rank per GPU (ND H100 v5) takes 9.5-38 us:
-    the launches, not the network. The model, which times the collective, is 2-3.5x fast there;
-    bounded so a regression shows."""
-    ratios = [model_busbw(r) / measured_busbw(r) for r in curve_points()
-              if r["system"].startswith("h100-together") and float(r["size_bytes"]) < 4 << 20]
-    assert len(ratios) >= 60
-    assert 2.0 < max(ratios) < 3.5
-    # SuperBench's A100 node, also -g 8, floors at the same 34-36 us (the model: 11-15 us); its
-    # older NCCL then takes up to 3.7x the model's time between 128 KiB and 256 MiB (75 us for a
-    # 1 MiB all-reduce, where ND H100 v5's NCCL 2.18.3 takes 32; 60 us for a 512 KiB
-    # reduce-scatter), and its all-to-all 86-89 us up to 2 MiB (the model: 7 us, a call and a step)
-    floor = [float(r["time_us"]) for r in curve_points()
+def test_one_thread_driving_8_gpus_takes_its_8_launches_a_call():
+    """nccl-tests -g 8 (one thread launching each call on all 8 GPUs: Together AI's runs,
+    SuperBench's) takes 34-43 us for any call up to 2 MiB, where one rank per GPU (ND H100 v5)
+    takes 9.5-38 us: the launches, not the network. With each call at least its 8 launches
+    (io.nccl_tests.launch_floor_s, fitted on Together's NVLS all-reduce up to 64 KiB), Together's
+    six curves are within 15% from 8 B to 8 GiB but between 256 KiB and 2 MiB, where the model's
+    collective is up to 26% fast (as against ND H100 v5's run); 2-3.5x fast without the launches.
+    SuperBench's 8x A100 node, held out, is within 15% up to 16 KiB."""
+    outside = {}
+    for r in curve_points():
+        if r["system"].startswith("h100-together"):
+            ratio = model_busbw(r) / measured_busbw(r)
+            if abs(ratio - 1.0) > 0.15:
+                outside.setdefault((r["system"], r["collective"]), []).append(float(r["size_bytes"]))
+                assert 256 << 10 <= float(r["size_bytes"]) <= 2 << 20 and ratio < 1.3, (r["system"], r["collective"], r["size_bytes"])
+    assert sum(map(len, outside.values())) <= 13
+    unfloored = [r for r in curve_points() if r["system"].startswith("h100-together") and float(r["size_bytes"]) <= 64 << 10]
+    assert len(unfloored) >= 40
+    assert all(2.0 < model_busbw({**r, "gpus_per_thread": "1"}) / measured_busbw(r) < 3.5 for r in unfloored)
+    small = [r for r in curve_points()
              if r["system"] == "a100-40g-superbench" and r["collective"] != "all_to_all" and float(r["size_bytes"]) <= 16 << 10]
-    assert len(floor) >= 30 and 33.0 < min(floor) and max(floor) < 37.0
+    assert len(small) >= 30
+    for r in small:
+        assert model_busbw(r) == pytest.approx(measured_busbw(r), rel=0.15), (r["collective"], r["size_bytes"])
+
+
+def test_superbenchs_older_nccl_is_a_known_miss_between_its_launches_and_its_bandwidth():
+    """SuperBench's A100 node's NCCL (unprinted, older) takes up to 2.5x the model's time between
+    128 KiB and 256 MiB (75 us for a 1 MiB all-reduce, where ND H100 v5's NCCL 2.18.3 takes 32;
+    60 us for a 512 KiB reduce-scatter), and its all-to-all 86-89 us up to 2 MiB (the model: 7 us,
+    under 8 launches of 4.43 us); bounded so a regression shows."""
     worst = {}
     for r in curve_points():
         if r["system"] == "a100-40g-superbench":
             worst[r["collective"]] = max(worst.get(r["collective"], 0.0), model_busbw(r) / measured_busbw(r))
-    assert 3.5 < max(worst[k] for k in ("all_reduce", "all_gather", "reduce_scatter")) < 3.9
-    assert 11.5 < worst["all_to_all"] < 13.0
+    assert 2.2 < max(worst[k] for k in ("all_reduce", "all_gather", "reduce_scatter")) < 2.6
+    assert 2.4 < worst["all_to_all"] < 2.9
 
 
 #: multi-node H100 all-reduce (nccl-tests issue 309: 2 and 4 nodes, NCCL 2.26.2; 2, 4 and 8

@@ -11,7 +11,8 @@ import pytest
 from cli_runner import run_cli
 from meshplan import catalog
 from meshplan.costs.collectives import collective_s, group_span
-from meshplan.io.nccl_tests import read_nccl_tests
+from meshplan.errors import MeshplanError
+from meshplan.io.nccl_tests import LAUNCH_PER_GPU_S, read_nccl_tests
 
 #: all_reduce and all_gather on one 8x H100 node, 32 MiB - 16 GiB (xxrjun/nccl-tests-cluster)
 LOG = Path(__file__).parent / "data" / "nccl_tests_h100_node.log"
@@ -138,6 +139,33 @@ def test_reads_older_nccl_tests_logs_and_notes_one_thread_driving_every_gpu(tmp_
     assert (test.collective, test.ranks, test.nodes, test.gpus_per_thread, len(test.rows)) == (None, 8, 1, 8, 2)
     assert test.rows[0] == pytest.approx(first) and test.rows[-1][0] == 8589934592.0
     code, out, err = run_cli(monkeypatch, capsys, "collective", kind, "--cluster", "dgx-a100-40gb", "--nccl-tests", str(log), "--json")
-    assert code == 0 and [p["size_bytes"] for p in json.loads(out)] == [first[0], 8589934592]
+    points = json.loads(out)
+    assert code == 0 and [p["size_bytes"] for p in points] == [first[0], 8589934592]
     assert "note: one thread drove 8 GPUs (nccl-tests -g 8)" in err
+    # each call takes at least its 8 launches, and the error is against the longer of the two
+    for p in points:
+        assert p["launch_floor_s"] == pytest.approx(8 * LAUNCH_PER_GPU_S)
+        assert p["timed_s"] == max(p["time_s"], p["launch_floor_s"])
+        assert p["error"] == pytest.approx(p["measured_time_s"] / p["timed_s"] - 1.0)
+    assert points[-1]["timed_s"] == points[-1]["time_s"]  # 8 GiB: the collective, not the launches
     assert "drove" not in run_cli(monkeypatch, capsys, "collective", "--cluster", "dgx-h100", "--nccl-tests", str(LOG))[2]
+
+
+def test_a_thread_driving_several_gpus_floors_each_call_at_their_launches():
+    """api.collective(gpus_per_thread=G): a small call is timed at G launches (4.43 us each), a
+    large one at the collective; one thread a GPU (the default) has no floor."""
+    from meshplan import api
+
+    small, large = api.collective("all_reduce", "dgx-h100", 8, [1024, 1 << 30], gpus_per_thread=8)
+    assert small.time_s < 20e-6 and small.timed_s == pytest.approx(8 * LAUNCH_PER_GPU_S)
+    assert large.timed_s == large.time_s > 1e-3
+    assert [p.timed_s for p in api.collective("all_reduce", "dgx-h100", 8, [1024, 1 << 30])] == [small.time_s, large.time_s]
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "8"])
+def test_a_bad_gpus_per_thread_names_the_field(value):
+    from meshplan import api
+
+    with pytest.raises(MeshplanError) as err:
+        api.collective("all_reduce", "dgx-h100", 8, [1024], gpus_per_thread=value)
+    assert err.value.field == "gpus_per_thread"

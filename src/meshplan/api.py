@@ -377,11 +377,14 @@ def _nothing_fits(result: SearchResult, num_devices: int, capacity: float) -> Me
 
 
 def collective(kind: str, cluster: str | Cluster | dict, devices: int, sizes, stride: int = 1, algorithm: str = "auto",
-               protocol: str = "auto", measured=None, profile: str | Path | Profile | dict | None = None):
+               protocol: str = "auto", measured=None, profile: str | Path | Profile | dict | None = None,
+               gpus_per_thread: int = 1):
     """The model's curve of one collective over ``devices`` of ``cluster`` (``stride`` ranks
     apart, as a plan's groups sit): a CollectivePoint per size in bytes (nccl-tests' buffer
     sizes), each with the algorithm x protocol NCCL's tuner runs, or the forced pair (NCCL_ALGO,
-    NCCL_PROTO spellings), and ``measured`` seconds beside it where given."""
+    NCCL_PROTO spellings), and ``measured`` seconds beside it where given. ``gpus_per_thread``:
+    the GPUs each thread of the measuring run launched on (nccl-tests ``-g``), whose launches
+    floor each call (meshplan.io.nccl_tests.launch_floor_s)."""
     from meshplan.costs.collectives import CURVE_KINDS, collective_curve, group_span
     from meshplan.network.tuner import usable_algorithms
     from meshplan.specs.plan import COLLECTIVE_ALGORITHMS, COLLECTIVE_PROTOCOLS, forced_algorithms_text
@@ -398,6 +401,8 @@ def collective(kind: str, cluster: str | Cluster | dict, devices: int, sizes, st
     sizes = [float(s) for s in sizes]
     if not sizes or any(not s > 0 for s in sizes):
         raise MeshplanError("sizes", sizes, "one or more sizes in bytes, each above 0")
+    if isinstance(gpus_per_thread, bool) or not isinstance(gpus_per_thread, int) or gpus_per_thread < 1:
+        raise MeshplanError("gpus_per_thread", gpus_per_thread, "a positive integer: the GPUs one thread launched on (nccl-tests -g)")
     valid = f"auto or one of {', '.join(COLLECTIVE_ALGORITHMS)} (NCCL_ALGO's spellings too)"
     try:
         name = forced_algorithms_text(algorithm) if isinstance(algorithm, str) and ":" not in algorithm else None
@@ -416,4 +421,6 @@ def collective(kind: str, cluster: str | Cluster | dict, devices: int, sizes, st
             field, value = ("algorithm", algorithm) if name != "auto" else ("protocol", protocol)
             raise MeshplanError(field, value, f"what runs {kind} over {devices} devices of {resolved.id} with protocol "
                                               f"{protocol}: {', '.join(usable) or 'nothing'}")
-    return collective_curve(kind, span, sizes, name, protocol, measured)
+    from meshplan.io.nccl_tests import launch_floor_s
+
+    return collective_curve(kind, span, sizes, name, protocol, measured, launch_floor_s(gpus_per_thread))

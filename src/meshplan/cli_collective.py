@@ -41,7 +41,7 @@ def collective(
         curves.append(api.collective(kind, resolved, devices, size_sweep(sizes), 1 if stride is None else stride, algorithm, protocol))
     else:
         from meshplan.costs.collectives import CURVE_KINDS
-        from meshplan.io.nccl_tests import read_nccl_tests
+        from meshplan.io.nccl_tests import LAUNCH_PER_GPU_S, launch_floor_s, read_nccl_tests
 
         skipped = []
         launched = set()  # GPUs one thread drove (nccl-tests -g), where more than one
@@ -63,16 +63,16 @@ def collective(
             measured = [row[2] if in_place else row[1] for row in test.rows]
             curves.append(api.collective(test_kind, resolved, ranks, [row[0] for row in test.rows],
                                          max(1, resolved.devices_per_node // per_host) if stride is None else stride,
-                                         algorithm, protocol, measured))
+                                         algorithm, protocol, measured, gpus_per_thread=test.gpus_per_thread))
         if not curves:
             raise MeshplanError("kind", kind, f"a collective {nccl_tests} holds a test of (all_reduce, all_gather, reduce_scatter or all_to_all)")
         for name in skipped:
             console(stderr=True).print(f"note: {name} left out: meshplan draws all_reduce, all_gather, reduce_scatter and all_to_all")
         for gpus in sorted(launched):
             console(stderr=True).print(
-                f"note: one thread drove {gpus} GPUs (nccl-tests -g {gpus}): each call waits for its {gpus} launches, "
-                f"about 35 us for 8 in published logs (Together AI's H100 node, SuperBench's A100 node), "
-                f"which the model, timing the collective alone, leaves out; run one rank per GPU (-g 1) to compare small sizes")
+                f"note: one thread drove {gpus} GPUs (nccl-tests -g {gpus}): a call takes at least its {gpus} launches, "
+                f"{launch_floor_s(gpus) * 1e6:.1f} us ({LAUNCH_PER_GPU_S * 1e6:.2f} us each, fitted on Together AI's "
+                f"8x H100 node); 'as timed' is the longer of that and the collective, and the error is against it")
     if as_json:
         typer.echo(json.dumps([p.as_dict() for curve in curves for p in curve], indent=2))
         return
@@ -87,16 +87,21 @@ def _print_curve(curve, cluster_id: str) -> None:
 
     first = curve[0]
     measured = first.measured_time_s is not None
+    launched = first.launch_s > 0
     table = Table(title=f"{first.kind} over {first.ranks} devices of {cluster_id}", header_style="bold",
                   caption="error: the model's bus bandwidth over the measured, less one (+: the model is faster)" if measured else None)
     for column in ("size", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"):
         table.add_column(column, justify="left" if column in ("size", "algorithm") else "right")
+    if launched:
+        table.add_column("as timed (us)", justify="right")
     if measured:
         for column in ("measured (us)", "measured busbw", "error"):
             table.add_column(column, justify="right")
     for p in curve:
         row = [format_bytes(p.size_bytes), f"{p.time_s * 1e6:.2f}", f"{p.size_bytes / p.time_s / 1e9:.2f}",
                f"{p.busbw(p.time_s) / 1e9:.2f}", f"{p.algorithm}/{p.protocol}"]
+        if launched:
+            row.append(f"{p.timed_s * 1e6:.2f}")
         if measured:
             row += [f"{p.measured_time_s * 1e6:.2f}", f"{p.busbw(p.measured_time_s) / 1e9:.2f}", f"{p.error:+.1%}"]
         table.add_row(*row)

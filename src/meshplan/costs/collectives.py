@@ -116,7 +116,9 @@ CURVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 class CollectivePoint:
     """One size of a collective's curve: the model's time and the algorithm x protocol it ran,
     beside a measured time where one was given. Bandwidths as nccl-tests prints them
-    (doc/PERFORMANCE.md): algbw = size / time, busbw = algbw x bus_factor."""
+    (doc/PERFORMANCE.md): algbw = size / time, busbw = algbw x bus_factor. ``launch_s``: the
+    least time a call takes where one thread launches it on several GPUs (nccl-tests ``-g``,
+    ``meshplan.io.nccl_tests.launch_floor_s``); ``timed_s`` is what such a run times."""
 
     kind: str
     ranks: int
@@ -125,19 +127,27 @@ class CollectivePoint:
     algorithm: str
     protocol: str
     measured_time_s: float | None = None
+    launch_s: float = 0.0
 
     def busbw(self, time_s: float) -> float:
         return bytes_sent_per_device(self.kind, self.size_bytes, self.ranks) / time_s  # type: ignore[arg-type]
 
     @property
+    def timed_s(self) -> float:
+        """The collective's time, or its launches' where they take longer."""
+        return max(self.time_s, self.launch_s)
+
+    @property
     def error(self) -> float | None:
         """Model over measured bus bandwidth, less one (positive: the model is faster)."""
-        return None if self.measured_time_s is None else self.measured_time_s / self.time_s - 1.0
+        return None if self.measured_time_s is None else self.measured_time_s / self.timed_s - 1.0
 
     def as_dict(self) -> dict:
         out = {"kind": self.kind, "ranks": self.ranks, "size_bytes": self.size_bytes, "time_s": self.time_s,
                "algbw_bytes_per_s": self.size_bytes / self.time_s, "busbw_bytes_per_s": self.busbw(self.time_s),
                "algorithm": self.algorithm, "protocol": self.protocol}
+        if self.launch_s > 0:
+            out.update(launch_floor_s=self.launch_s, timed_s=self.timed_s)
         if self.measured_time_s is not None:
             out.update(measured_time_s=self.measured_time_s, measured_busbw_bytes_per_s=self.busbw(self.measured_time_s),
                        error=self.error)
@@ -145,14 +155,15 @@ class CollectivePoint:
 
 
 def collective_curve(kind: str, span: GroupSpan, sizes, algorithm: str = "auto", protocol: str = "auto",
-                     measured=None) -> list[CollectivePoint]:
+                     measured=None, launch_s: float = 0.0) -> list[CollectivePoint]:
     """The model's time of ``kind`` at each of ``sizes`` over ``span``, with the algorithm and
-    protocol NCCL's tuner (or the forced pair) runs; ``measured`` seconds beside them."""
+    protocol NCCL's tuner (or the forced pair) runs; ``measured`` seconds beside them; each call
+    at least ``launch_s`` where one thread launches it on several GPUs."""
     from meshplan.network.tuner import choose
 
     times = measured if measured is not None else [None] * len(sizes)
     points = []
     for size, seconds_measured in zip(sizes, times):
         name, chosen, seconds = choose(kind, float(size), span, algorithm, protocol)
-        points.append(CollectivePoint(kind, span.size, float(size), seconds, name, chosen, seconds_measured))
+        points.append(CollectivePoint(kind, span.size, float(size), seconds, name, chosen, seconds_measured, launch_s))
     return points

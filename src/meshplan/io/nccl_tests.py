@@ -12,6 +12,12 @@ what nccl-tests and meshplan both call the buffer (doc/PERFORMANCE.md): an all-g
 gathered output, a reduce-scatter's input, an all-to-all's send buffer. A bare table (no
 header) is one test of the collective the caller names. ``# nThread T nGpus G`` says how many
 GPUs each thread drove.
+
+Where one thread drives several GPUs (``-g G``), it launches each call on them one after
+another, and a GPU's kernel cannot finish before the last GPU's has started: with the launches
+of the next iteration queued behind, a run times max(collective, G launches) per call
+(``launch_floor_s``; below 4 MiB on 8 H100s, 35 us whatever the size, where one rank per GPU
+takes 10-15 us).
 """
 
 from __future__ import annotations
@@ -31,6 +37,19 @@ _START = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
 _RANK = re.compile(r"^#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device")
 _THREADS = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+(\d+)")
 _NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+
+#: seconds one thread takes to launch a collective on one more GPU: Together AI's 8x H100 node
+#: (nccl-tests -g 8, NCCL 2.26.2) times its NCCL-chosen all-reduce at 34.7-36.4 us, median
+#: 35.4 us, from 8 B to 64 KiB, where the collective itself takes 15 us; over 8 GPUs, 4.43 us
+#: each (fitted by benchmarks/nccl_curves.py --fit-launch; its ring runs, all-gathers and
+#: reduce-scatters, and SuperBench's 8x A100 node, held out)
+LAUNCH_PER_GPU_S = 4.43e-6
+
+
+def launch_floor_s(gpus_per_thread: int) -> float:
+    """The least time a call takes where one thread launches it on ``gpus_per_thread`` GPUs
+    (module docstring); none with a thread per GPU."""
+    return gpus_per_thread * LAUNCH_PER_GPU_S if gpus_per_thread > 1 else 0.0
 
 
 @dataclass
