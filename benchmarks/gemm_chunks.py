@@ -18,6 +18,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from meshplan.calibrate.table import read_rows
+
 DEFAULT = Path(__file__).resolve().parent.parent / "tests" / "data" / "h100-sxm" / "gemm_chunks.csv"
 SHAPES = {"qkv": (8192, 2560, 8192), "proj": (8192, 8192, 2048), "fc1": (8192, 14336, 8192),
           "fc2": (8192, 8192, 7168), "qkv8": (8192, 1280, 8192), "fc1_8": (8192, 7168, 8192)}
@@ -80,16 +82,11 @@ def predicted_s(row: dict) -> float:
     return chunks * float(roof.matmul_s(int(row["m"]) // chunks, int(row["k"]), int(row["n"]), BYTES_PER_ELEMENT[row["dtype"]]))
 
 
-def read(path: Path) -> list[dict]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "measure":
         measure(Path(sys.argv[2]))
         sys.exit(0)
-    rows = read(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
+    rows = read_rows(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
     errors = []
     for row in rows:
         error = predicted_s(row) / float(row["time_s"]) - 1.0

@@ -27,6 +27,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from meshplan.calibrate.table import read_rows
+
 DEFAULT = Path(__file__).resolve().parent.parent / "tests" / "data" / "h100-sxm" / "overlap_contention.csv"
 FIELDS = ["dtype", "gemm", "m", "n", "k", "side", "ctas", "side_gbps", "alone_s", "beside_s", "slowdown",
           "covered", "sm_mhz_alone", "sm_mhz_beside"]
@@ -167,16 +169,11 @@ def summary(rows: list[dict]) -> dict[tuple[str, int], tuple[float | None, int, 
     return out
 
 
-def read(path: Path) -> list[dict]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "measure":
         measure(Path(sys.argv[2]))
         sys.exit(0)
-    rows = read(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
+    rows = read_rows(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
     from meshplan import catalog
     profile = catalog.efficiency("hopper").overlap_slowdown
     for (kind, ctas), (value, used, measured) in summary(rows).items():

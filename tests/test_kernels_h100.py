@@ -197,7 +197,7 @@ def test_hoppers_overlap_slowdown_is_what_an_nccl_like_copy_costs_its_gemms():
     profile's figure (carried over from Ampere's fit) lies within what 16 to 48 CTAs cost, the
     channels NCCL runs over NVLink."""
     bench = _overlap_contention()
-    data = bench.read(DATA / "overlap_contention.csv")
+    data = bench.read_rows(DATA / "overlap_contention.csv")
     sm = [r for r in data if r["side"] == "sm"]
     assert len(sm) == 50 and all(float(r["covered"]) >= bench.COVERED for r in sm)
     medians = {ctas: value for (side, ctas), (value, _, _) in bench.summary(data).items() if side == "sm"}
@@ -266,7 +266,7 @@ def test_a_gemm_run_in_tensor_parallel_chunks_is_priced_as_the_gpu_runs_it():
     spec = importlib.util.spec_from_file_location("gemm_chunks", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    rows = bench.read(DATA / "gemm_chunks.csv")
+    rows = bench.read_rows(DATA / "gemm_chunks.csv")
     assert len(rows) == 48
     errors = [abs(bench.predicted_s(r) / float(r["time_s"]) - 1.0) for r in rows]
     assert np.median(errors) <= 0.05 and max(errors) <= 0.15
