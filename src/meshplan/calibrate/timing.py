@@ -8,11 +8,12 @@ A short kernel is timed again with its repeats queued behind a spinning kernel t
 GPU until the host has issued them all (nvbench's blocking kernel), so each event pair times the
 GPU's work, not PyTorch's dispatch: on the H100 machine eager dispatch took 20-50 us a call,
 longer than a copy of 4 MB, and unqueued such rows measured the host (with the hold, calibrate's
-fit of its memory ops there went from 15.3% to 0.7% median error, p90 44.5% to 5.4%). Long kernels are not held: a GPU that idled
-behind the hold runs the next tens of milliseconds at burst clocks, and queued 1 ms GEMMs on the
-H100 came out 8-10% faster than they sustain under its power cap, which is what training sees.
-Whole layers are never held: there the host's dispatch is part of what is measured
-(``kernels.layer_row``). On a CPU each repeat is timed with ``time.perf_counter`` around the call.
+fit of its memory ops there went from 15.3% to 0.7% median error, p90 44.5% to 5.4%). Long
+kernels are not held: a GPU that idled behind the hold runs the next tens of milliseconds at
+burst clocks, and queued 1 ms GEMMs on the H100 came out 8-10% faster than they sustain under
+its power cap, which is what training sees. Whole layers are never held: there the host's
+dispatch is part of what is measured (``kernels.layer_row``). On a CPU each repeat is timed with
+``time.perf_counter`` around the call.
 """
 
 from __future__ import annotations
