@@ -139,14 +139,17 @@ def measure(out: Path) -> None:
                         mhz_beside.append(sm_mhz())
                         loop_s = marks[2].elapsed_time(marks[3])
                         beside.append(loop_s / 1e3)
-                        # the share of the GEMM loop the copy ran beside (it must cover it all)
-                        inside = min(marks[0].elapsed_time(marks[1]), marks[0].elapsed_time(marks[3])) - max(0.0, marks[0].elapsed_time(marks[2]))
+                        # the share of the GEMM loop the copy ran beside (it must cover it all),
+                        # in ms from the copy's start: [0, copy end] against [loop start, loop end]
+                        copy_end, loop_start, loop_end = (marks[0].elapsed_time(marks[i]) for i in (1, 2, 3))
+                        inside = min(copy_end, loop_end) - max(0.0, loop_start)
                         covered.append(max(0.0, inside) / loop_s)
                     a, b = statistics.median(alone) / REPS, statistics.median(beside) / REPS
                     writer.writerow(dict(
                         dtype=dtype, gemm=name, m=m, n=n, k=k, side=kind, ctas=ctas,
                         side_gbps=f"{unit_bytes / unit_s / 1e9:.0f}", alone_s=f"{a:.6e}", beside_s=f"{b:.6e}",
-                        slowdown=f"{b / a - 1:.4f}", covered=f"{min(covered):.3f}", sm_mhz_alone=statistics.median(mhz_alone) if mhz_alone[0] != "" else "",
+                        slowdown=f"{b / a - 1:.4f}", covered=f"{min(covered):.3f}",
+                        sm_mhz_alone=statistics.median(mhz_alone) if mhz_alone[0] != "" else "",
                         sm_mhz_beside=statistics.median(mhz_beside) if mhz_beside[0] != "" else ""))
                     f.flush()
                     print(f"{dtype} {name:6s} {kind} {ctas:2d}: {b / a - 1:+.3f} (covered {min(covered):.2f})", flush=True)
