@@ -148,6 +148,8 @@ def test_reads_older_nccl_tests_logs_and_notes_one_thread_driving_every_gpu(tmp_
         assert p["timed_s"] == max(p["time_s"], p["launch_floor_s"])
         assert p["error"] == pytest.approx(p["measured_time_s"] / p["timed_s"] - 1.0)
     assert points[-1]["timed_s"] == points[-1]["time_s"]  # 8 GiB: the collective, not the launches
+    code, table, _ = run_cli(monkeypatch, capsys, "collective", kind, "--cluster", "dgx-a100-40gb", "--nccl-tests", str(log))
+    assert code == 0 and "as timed (us)" in table and f"{points[0]['timed_s'] * 1e6:.2f}" in table
     assert "drove" not in run_cli(monkeypatch, capsys, "collective", "--cluster", "dgx-h100", "--nccl-tests", str(LOG))[2]
 
 
