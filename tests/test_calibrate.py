@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import signal
 import subprocess
@@ -96,6 +97,48 @@ def test_collectives_over_two_gloo_ranks(measured):
         assert float(r["busbw"]) == pytest.approx(algbw * bus_factor(r["collective"], 2), rel=1e-3)
     level = load_profile(measured / "profile.yaml").network[0]
     assert level.level == 0 and level.bus_bytes_per_s > 0
+
+
+def test_gemms_beside_all_gathers_over_two_gloo_ranks_are_measured_but_not_fitted(measured, tmp_path, monkeypatch, capsys):
+    """overlap.csv under torchrun: a loop of square GEMMs alone and beside all-gathers. On a CPU
+    the row is written (its covered and slowdown are numbers) but the profile keeps the
+    catalog's overlap_slowdown: gloo's threads share the host's cores, not a GPU's SMs."""
+    (row,) = _rows(measured / "overlap.csv")
+    assert tuple((measured / "overlap.csv").read_text().splitlines()[0].split(",")) == COLUMNS["overlap.csv"]
+    assert (row["on"], row["ranks"], row["nodes"], row["gemm"]) == ("cpu", "2", "1", "128x128x128 fp32")
+    assert int(row["bytes"]) == 1 << 20 and float(row["covered"]) in (0.0, 1.0)
+    assert all(float(row[c]) > 0 for c in ("gemm_alone_s", "gemm_beside_s", "collective_s"))
+    assert math.isfinite(float(row["slowdown"]))
+    profile = yaml.safe_load((measured / "profile.yaml").read_text())
+    assert profile["fit"]["overlap"] == {"fitted": False, "reason": "measured on a CPU: gloo's threads share its cores, not a GPU's SMs"}
+    assert profile["efficiency"]["overlap_slowdown"] == catalog.efficiency("ampere").overlap_slowdown
+    code, _, err = run_cli(monkeypatch, capsys, "calibrate", "--out", str(measured), "--fit-only", "--device", "a100-sxm4-80gb",
+                           "--profile-out", str(tmp_path / "profile.yaml"))
+    assert code == 0 and "note: overlap_slowdown kept from the catalog (measured on a CPU" in err
+
+
+def test_gpu_overlap_rows_set_the_profiles_overlap_slowdown(measured, tmp_path):
+    """Rows measured on GPUs whose collectives lasted the GEMM loop give the profile its
+    overlap_slowdown, their median (none below 0); rows that did not last it are left out."""
+    import shutil
+
+    folder = tmp_path / "gpu"
+    shutil.copytree(measured, folder)
+    header = ",".join(COLUMNS["overlap.csv"])
+    rows = [("cuda", 8, 1, 67108864, "8192x8192x8192 bf16", 0.03, 0.039, 2e-4, "1.000", "0.3000"),
+            ("cuda", 8, 1, 268435456, "8192x8192x8192 bf16", 0.03, 0.042, 8e-4, "0.990", "0.4000"),
+            ("cuda", 16, 2, 67108864, "8192x8192x8192 bf16", 0.03, 0.029, 9e-4, "1.000", "-0.0300"),
+            ("cuda", 16, 2, 268435456, "8192x8192x8192 bf16", 0.03, 0.06, 3e-3, "0.400", "0.9000")]
+    (folder / "overlap.csv").write_text("\n".join([header, *(",".join(map(str, r)) for r in rows)]) + "\n")
+    profile = fit_profile(folder, catalog.device("a100-sxm4-80gb"))
+    assert profile["efficiency"]["overlap_slowdown"] == pytest.approx(0.3)  # median of 0.3, 0.4 and 0
+    assert profile["fit"]["overlap"]["fitted"] and profile["fit"]["overlap"]["rows"] == 3
+    assert "overlap_slowdown 0.300" in profile["efficiency"]["source"]
+    assert "lookup, size_flop_per_byte kept" in profile["efficiency"]["source"]
+    (folder / "overlap.csv").write_text("\n".join([header, ",".join(map(str, rows[-1]))]) + "\n")
+    profile = fit_profile(folder, catalog.device("a100-sxm4-80gb"))
+    assert not profile["fit"]["overlap"]["fitted"] and "95%" in profile["fit"]["overlap"]["reason"]
+    assert profile["efficiency"]["overlap_slowdown"] == catalog.efficiency("ampere").overlap_slowdown
 
 
 def test_bus_bandwidth_factors_are_nccl_tests():

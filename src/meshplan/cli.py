@@ -393,6 +393,10 @@ def calibrate(
         err.print(f"power model fitted: {power['summary']}" if power["fitted"]
                   else f"note: no power model fitted ({power['reason']}); estimates with this profile carry no energy",
                   soft_wrap=True)
+    overlap = fit["overlap"]
+    if overlap["fitted"] or (out / "overlap.csv").exists():
+        err.print(f"compute beside collectives fitted: {overlap['summary']}" if overlap["fitted"]
+                  else f"note: overlap_slowdown kept from the catalog ({overlap['reason']})", soft_wrap=True)
 
 
 @app.command()

@@ -145,6 +145,100 @@ def _operation(dist, device, group, collective: str, count: int, n: int) -> Call
     return shift
 
 
+#: interleaved rounds of an overlap row: the GEMM loop alone, then beside the collectives
+OVERLAP_ROUNDS = 3
+
+
+def overlap_key(device, group: Group, nbytes: int, dim: int) -> tuple:
+    """The leading columns naming an overlap.csv row (the bytes as ``overlap`` sends them)."""
+    count = max(group.ranks, nbytes // 4 // group.ranks * group.ranks)
+    dtype = "bf16" if device.type == "cuda" else "fp32"
+    return (device.type, group.ranks, group.nodes, count * 4, f"{dim}x{dim}x{dim} {dtype}")
+
+
+def overlap(dist, device, group: Group, nbytes: int, dim: int, gemms: int, warmup: int) -> tuple:
+    """One overlap.csv row: a loop of ``gemms`` square GEMMs of ``dim`` timed alone and beside
+    all-gathers of ``nbytes`` over ``group`` that last the whole loop (queued on a side stream
+    on a GPU, asynchronous in gloo's threads on a CPU). ``covered`` is the least share of the
+    loop any rank ran beside the collectives; ``slowdown``, the GEMMs' extra seconds per second
+    beside them (beside / alone - 1), the ranks' mean; the times are this rank's medians over
+    ``OVERLAP_ROUNDS`` interleaved rounds. What a profile's overlap_slowdown is (calibrate/fit.py)."""
+    import torch
+
+    n = group.ranks
+    count = max(n, nbytes // 4 // n * n)  # fp32 elements, a multiple of the ranks
+    x, out = torch.randn(count // n, device=device), torch.randn(count, device=device)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
+    cuda = device.type == "cuda"
+    a, b = (torch.randn(dim, dim, device=device, dtype=torch.bfloat16 if cuda else torch.float32) for _ in range(2))
+
+    def collective(async_op: bool = False):
+        return gather(out, x, group=group.handle, async_op=async_op)
+
+    def gemm_loop() -> None:
+        for _ in range(gemms):
+            torch.matmul(a, b)
+
+    def timed(launch) -> float:
+        """Seconds of ``launch()`` on the current stream."""
+        if not cuda:
+            start = time.perf_counter()
+            launch()
+            return time.perf_counter() - start
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end) / 1e3
+
+    for _ in range(warmup):
+        collective()
+        gemm_loop()
+    _sync(device)
+    dist.barrier(group=group.handle)
+    collective_s, alone_s = timed(collective), timed(gemm_loop)
+    # as many collectives as last twice the loop, the same count on every rank
+    calls = torch.tensor([2.0 * alone_s / max(collective_s, 1e-9) + 1.0], dtype=torch.float64, device=device)
+    dist.all_reduce(calls, op=dist.ReduceOp.MAX, group=group.handle)
+    calls = int(min(calls.item(), 10_000))
+    side = torch.cuda.Stream(device) if cuda else None
+    alone, beside, covered = [], [], []
+    for _ in range(OVERLAP_ROUNDS):
+        alone.append(timed(gemm_loop))
+        dist.barrier(group=group.handle)
+        _sync(device)
+        if cuda:
+            marks = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            with torch.cuda.stream(side):
+                marks[0].record()
+                for _ in range(calls):
+                    collective()
+                marks[1].record()
+            marks[2].record()
+            gemm_loop()
+            marks[3].record()
+            torch.cuda.synchronize(device)
+            # ms from the collectives' start: [0, their end] against [loop start, loop end]
+            end, loop_start, loop_end = (marks[0].elapsed_time(m) for m in marks[1:])
+            beside.append((loop_end - loop_start) / 1e3)
+            covered.append(max(0.0, min(end, loop_end) - max(0.0, loop_start)) / (loop_end - loop_start))
+        else:
+            works = [collective(async_op=True) for _ in range(calls)]
+            start = time.perf_counter()
+            gemm_loop()
+            beside.append(time.perf_counter() - start)
+            covered.append(0.0 if works[-1].is_completed() else 1.0)
+            for work in works:
+                work.wait()
+    slowdown = torch.tensor([statistics.median(beside) / statistics.median(alone) - 1.0], dtype=torch.float64, device=device)
+    least = torch.tensor([min(covered)], dtype=torch.float64, device=device)
+    dist.all_reduce(slowdown, group=group.handle)
+    dist.all_reduce(least, op=dist.ReduceOp.MIN, group=group.handle)
+    return (*overlap_key(device, group, nbytes, dim), statistics.median(alone), statistics.median(beside), collective_s,
+            f"{least.item():.3f}", f"{slowdown.item() / n:.4f}")
+
+
 def plan(groups: list[Group], sizes: tuple[int, ...]) -> Iterator[tuple[Group, str, int]]:
     for group in groups:
         for collective in COLLECTIVES:

@@ -18,7 +18,8 @@ Attention flop follow the estimator's convention (``workloads/transformer.py``: 
 4·b·s²·heads·d square, no causal halving; backward twice forward), not FlashAttention's
 benchmark convention the CSV's ``fwd_flop`` column uses; a causal kernel computes half the square
 the estimator counts, so its fraction may pass 1 and is capped there (a Fraction). What is not measured (embedding
-lookups, overlap slowdown, ridge point) is kept from the device's catalog profile.
+lookups, ridge point) is kept from the device's catalog profile; the overlap slowdown too, unless
+GEMMs were timed beside all-gathers on GPUs under torchrun (overlap.csv, ``fit_overlap``).
 
 Where the folder holds enough GEMM, attention and memory rows (a full run, not ``--quick``), the
 profile also carries a ``kernels:`` block (the shape-aware kernel models, which then replace the
@@ -99,6 +100,13 @@ def fit_profile(folder: str | Path, device: Device) -> dict:
     if network:
         profile["network"] = network
     profile["fit"] = {"matmul": matmul, "attention": attn, "memory": mem}
+    slowdown, note = fit_overlap(read_rows(folder / "overlap.csv"), base.overlap_slowdown)
+    profile["fit"]["overlap"] = note
+    if note["fitted"]:
+        efficiency["overlap_slowdown"] = slowdown
+        efficiency["source"] = efficiency["source"].replace("lookup, overlap_slowdown, size_flop_per_byte kept",
+                                                            "lookup, size_flop_per_byte kept")
+        efficiency["source"] += f"; {note['summary']}"
     kernels, note = _fit_kernels(folder, device, f"meshplan calibrate, measured on {on} on {when}")
     profile["fit"]["kernels"] = note
     if kernels is not None:
@@ -267,6 +275,30 @@ def fit_network(rows: list[dict], on: str, when: str) -> list[dict]:
                       f"least squares of t = steps x latency + bus bytes / bandwidth (median |error| {error:.1%})",
         })
     return out
+
+
+#: an overlap row counts where the collectives ran beside at least this share of the GEMM loop
+COVERED = 0.95
+
+
+def fit_overlap(rows: list[dict], kept: float) -> tuple[float, dict]:
+    """The profile's overlap_slowdown from overlap.csv (``collectives.overlap``): the median
+    slowdown of the GPU rows whose collectives lasted the whole GEMM loop, none below 0; else
+    ``kept`` (the catalog profile's) and why. CPU rows are not used: gloo's threads share the
+    host's cores, not a GPU's SMs and memory, so they say nothing of a device."""
+    if not rows:
+        return kept, {"fitted": False, "reason": "no overlap.csv rows (they are measured under torchrun)"}
+    gpu = [r for r in rows if r["on"] == "cuda"]
+    if not gpu:
+        return kept, {"fitted": False, "reason": "measured on a CPU: gloo's threads share its cores, not a GPU's SMs"}
+    covered = [r for r in gpu if float(r["covered"]) >= COVERED]
+    if not covered:
+        return kept, {"fitted": False, "reason": f"no GEMM loop ran beside the collectives for {COVERED:.0%} of it"}
+    value = float(np.median([max(0.0, float(r["slowdown"])) for r in covered]))
+    ranks = sorted({int(r["ranks"]) for r in covered})
+    summary = (f"overlap_slowdown {value:.3f}: the median of {len(covered)} GEMM loops beside all-gathers over "
+               f"{', '.join(map(str, ranks))} ranks (the catalog's {kept})")
+    return round(value, 4), {"fitted": True, "rows": len(covered), "summary": summary}
 
 
 def _steps(collective: str, ranks: int) -> int:

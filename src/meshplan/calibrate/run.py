@@ -187,10 +187,35 @@ def measure_collectives(request: Request, progress: Progress | None = None) -> t
                 table.append(row)
         if progress and writer:
             progress(len(items), len(items))
+        notes += _measure_overlap(request, dist, device, groups, writer)
         dist.barrier()
         return sorted(set(notes)), writer
     finally:
         dist.destroy_process_group()
+
+
+def _measure_overlap(request: Request, dist, device, groups, writer: bool) -> list[str]:
+    """GEMMs beside all-gathers over each group (overlap.csv, ``collectives.overlap``) that the
+    folder does not hold yet; the notes say what was skipped."""
+    from meshplan.calibrate import collectives
+
+    table = Table(request.out, "overlap.csv") if writer else None
+    done = [sorted(table.done) if table else None]
+    dist.broadcast_object_list(done, src=0)
+    done_keys = set(map(tuple, done[0]))
+    sizes = request.sizes
+    for group in groups:
+        for nbytes in sizes.overlap_bytes:
+            key = tuple(str(v) for v in collectives.overlap_key(device, group, nbytes, sizes.overlap_gemm))
+            if key in done_keys:
+                continue
+            try:
+                row = collectives.overlap(dist, device, group, nbytes, sizes.overlap_gemm, sizes.overlap_gemms, sizes.warmup)
+            except (RuntimeError, NotImplementedError, ValueError) as err:
+                return [f"overlap.csv not measured over {group.ranks} ranks: {str(err).splitlines()[0]}"]
+            if group.records and table is not None:
+                table.append(row)
+    return []
 
 
 def _rounded(nbytes: int, ranks: int) -> int:

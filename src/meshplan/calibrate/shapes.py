@@ -38,6 +38,11 @@ class Sizes:
     # the probe, a layer whose kernels take a few microseconds, so it shows the host's dispatch
     layer_seq: tuple[int, ...] = (2048, 4096)
     probe: tuple[int, int, int, int] = (512, 4, 128, 512)  # hidden, heads, head dim, sequence
+    # compute beside a collective (overlap.csv, under torchrun): the bytes of the all-gathers
+    # run beside a square GEMM of this size, and how many GEMMs one timed loop runs
+    overlap_bytes: tuple[int, ...] = (64 << 20, 256 << 20)
+    overlap_gemm: int = 8192
+    overlap_gemms: int = 20
 
 
 FULL = Sizes(
@@ -70,6 +75,9 @@ QUICK = Sizes(
     power_l2_bytes=64 << 10,
     layer_seq=(16,),
     probe=(64, 4, 16, 16),
+    overlap_bytes=(1 << 20,),
+    overlap_gemm=128,
+    overlap_gemms=3,
 )
 
 

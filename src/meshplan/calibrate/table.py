@@ -23,13 +23,15 @@ COLUMNS = {
     "layer.csv": ("model", "tp", "micro_batch", "seq", "fwd_s", "fwd_bwd_s", "layer_params", "fwd_flop_gemm", "fwd_flop_attn",
                   "model_tflops_fwd_bwd", "peak_mem_gib"),
     "collectives.csv": ("collective", "ranks", "nodes", "bytes", "time_s", "algbw", "busbw"),
+    "overlap.csv": ("on", "ranks", "nodes", "bytes", "gemm", "gemm_alone_s", "gemm_beside_s", "collective_s", "covered",
+                    "slowdown"),
     "power.csv": ("workload", "seconds", "calls", "energy_j", "avg_power_w", "sampled_power_w_median", "sm_mhz_median",
                   "flop", "bytes", "tflop_per_s", "gb_per_s"),
 }
 
 #: how many leading columns name a row (the rest are what was measured)
 KEY_COLUMNS = {"gemm_bf16.csv": 8, "gemm_fp8.csv": 8, "attention.csv": 6, "memory_ops.csv": 3, "layer.csv": 4, "collectives.csv": 4,
-               "power.csv": 1}
+               "overlap.csv": 5, "power.csv": 1}
 
 
 class Table:
