@@ -70,6 +70,11 @@ def start(device_type: str):
     return dist, device, groups
 
 
+def elements(nbytes: int, ranks: int) -> int:
+    """The fp32 elements a row of ``nbytes`` sends: a multiple of the ranks, at least one each."""
+    return max(ranks, nbytes // 4 // ranks * ranks)
+
+
 def key(collective: str, group: Group, nbytes: int) -> tuple:
     return (collective, group.ranks, group.nodes, nbytes)
 
@@ -80,7 +85,7 @@ def measure(dist, device, group: Group, collective: str, nbytes: int, warmup: in
     import torch
 
     n = group.ranks
-    count = max(n, nbytes // 4 // n * n)  # fp32 elements, a multiple of the ranks
+    count = elements(nbytes, n)
     op = _operation(dist, device, group.handle, collective, count, n)
     try:
         for _ in range(warmup):
@@ -151,9 +156,8 @@ OVERLAP_ROUNDS = 3
 
 def overlap_key(device, group: Group, nbytes: int, dim: int) -> tuple:
     """The leading columns naming an overlap.csv row (the bytes as ``overlap`` sends them)."""
-    count = max(group.ranks, nbytes // 4 // group.ranks * group.ranks)
     dtype = "bf16" if device.type == "cuda" else "fp32"
-    return (device.type, group.ranks, group.nodes, count * 4, f"{dim}x{dim}x{dim} {dtype}")
+    return (device.type, group.ranks, group.nodes, elements(nbytes, group.ranks) * 4, f"{dim}x{dim}x{dim} {dtype}")
 
 
 def overlap(dist, device, group: Group, nbytes: int, dim: int, gemms: int, warmup: int) -> tuple:
@@ -166,7 +170,7 @@ def overlap(dist, device, group: Group, nbytes: int, dim: int, gemms: int, warmu
     import torch
 
     n = group.ranks
-    count = max(n, nbytes // 4 // n * n)  # fp32 elements, a multiple of the ranks
+    count = elements(nbytes, n)
     x, out = torch.randn(count // n, device=device), torch.randn(count, device=device)
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.13
     cuda = device.type == "cuda"

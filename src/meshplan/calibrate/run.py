@@ -177,7 +177,7 @@ def measure_collectives(request: Request, progress: Progress | None = None) -> t
         for index, (group, name, nbytes) in enumerate(items):
             if progress and writer:
                 progress(index, len(items))
-            row_key = tuple(str(v) for v in collectives.key(name, group, _rounded(nbytes, group.ranks)))
+            row_key = tuple(str(v) for v in collectives.key(name, group, collectives.elements(nbytes, group.ranks) * 4))
             if row_key in done_keys:
                 continue
             row = collectives.measure(dist, device, group, name, nbytes, request.sizes.warmup, request.sizes.repeats)
@@ -216,11 +216,6 @@ def _measure_overlap(request: Request, dist, device, groups, writer: bool) -> li
             if group.records and table is not None:
                 table.append(row)
     return []
-
-
-def _rounded(nbytes: int, ranks: int) -> int:
-    """The bytes a row records: fp32 elements, a multiple of the ranks (as ``measure`` sends)."""
-    return max(ranks, nbytes // 4 // ranks * ranks) * 4
 
 
 def catalog_device(device_id: str | None, on: str):
