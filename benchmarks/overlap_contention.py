@@ -27,6 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from meshplan.calibrate.fit import COVERED  # a row counts where the copy ran beside this share of the loop
 from meshplan.calibrate.table import read_rows
 
 DEFAULT = Path(__file__).resolve().parent.parent / "tests" / "data" / "h100-sxm" / "overlap_contention.csv"
@@ -155,8 +156,6 @@ def measure(out: Path) -> None:
                     print(f"{dtype} {name:6s} {kind} {ctas:2d}: {b / a - 1:+.3f} (covered {min(covered):.2f})", flush=True)
 
 
-#: a row counts where the copy ran beside at least this share of the GEMM loop
-COVERED = 0.95
 
 
 def summary(rows: list[dict]) -> dict[tuple[str, int], tuple[float | None, int, int]]:

@@ -73,6 +73,8 @@ def fit_profile(folder: str | Path, device: Device) -> dict:
     env = _environment(folder)
     when = env.get("measured_at") or dt.date.fromtimestamp((folder / "gemm_bf16.csv").stat().st_mtime).isoformat()
     on = f"{env.get('device', 'an unnamed device')} (torch {env.get('torch', '?')})"
+    slowdown, overlap = fit_overlap(read_rows(folder / "overlap.csv"), base.overlap_slowdown)
+    kept = "lookup, size_flop_per_byte" if overlap["fitted"] else "lookup, overlap_slowdown, size_flop_per_byte"
     source = (
         f"meshplan calibrate, measured on {on} on {when}, fitted for {device.id} by least squares: "
         f"matmul e_max {matmul['e_max']:.3f}, f_half {matmul['f_half']:.3g} on {matmul['rows']} bf16 GEMMs "
@@ -80,8 +82,8 @@ def fit_profile(folder: str | Path, device: Device) -> dict:
         f"f_half {attn['f_half']:.3g} on {attn['rows']} forward and backward rows (median |error| "
         f"{attn['median_abs_error']:.1%}); memory {mem['memory']:.3f} of {device.hbm_bytes_per_s / 1e9:.0f} GB/s "
         f"and kernel overhead {overhead * 1e6:.2f} us on {mem['rows']} memory ops (median |error| "
-        f"{mem['median_abs_error']:.1%}); lookup, overlap_slowdown, size_flop_per_byte kept from the "
-        f"{device.efficiency} profile"
+        f"{mem['median_abs_error']:.1%}); {kept} kept from the {device.efficiency} profile"
+        + (f"; {overlap['summary']}" if overlap["fitted"] else "")
     )
     efficiency = {
         "matmul": {"points": _points(matmul)},
@@ -89,7 +91,7 @@ def fit_profile(folder: str | Path, device: Device) -> dict:
         "memory": round(float(mem["memory"]), 4),
         "lookup": base.lookup,
         "kernel_overhead_s": float(f"{overhead:.4g}"),
-        "overlap_slowdown": base.overlap_slowdown,
+        "overlap_slowdown": slowdown,
         "size_flop_per_byte": base.size_flop_per_byte,
         "source": source,
     }
@@ -99,14 +101,7 @@ def fit_profile(folder: str | Path, device: Device) -> dict:
     network = fit_network(read_rows(folder / "collectives.csv"), on, when)
     if network:
         profile["network"] = network
-    profile["fit"] = {"matmul": matmul, "attention": attn, "memory": mem}
-    slowdown, note = fit_overlap(read_rows(folder / "overlap.csv"), base.overlap_slowdown)
-    profile["fit"]["overlap"] = note
-    if note["fitted"]:
-        efficiency["overlap_slowdown"] = slowdown
-        efficiency["source"] = efficiency["source"].replace("lookup, overlap_slowdown, size_flop_per_byte kept",
-                                                            "lookup, size_flop_per_byte kept")
-        efficiency["source"] += f"; {note['summary']}"
+    profile["fit"] = {"matmul": matmul, "attention": attn, "memory": mem, "overlap": overlap}
     kernels, note = _fit_kernels(folder, device, f"meshplan calibrate, measured on {on} on {when}")
     profile["fit"]["kernels"] = note
     if kernels is not None:

@@ -169,9 +169,7 @@ def measure_collectives(request: Request, progress: Progress | None = None) -> t
     try:
         writer = dist.get_rank() == 0
         table = Table(request.out, "collectives.csv") if writer else None
-        done = [sorted(table.done) if table else None]
-        dist.broadcast_object_list(done, src=0)  # every rank skips the same rows
-        done_keys = set(map(tuple, done[0]))
+        done_keys = _done_everywhere(dist, table)
         items = list(collectives.plan(groups, request.sizes.collective_bytes))
         notes = []
         for index, (group, name, nbytes) in enumerate(items):
@@ -194,15 +192,20 @@ def measure_collectives(request: Request, progress: Progress | None = None) -> t
         dist.destroy_process_group()
 
 
+def _done_everywhere(dist, table: Table | None) -> set[tuple]:
+    """The keys of the rows rank 0's ``table`` holds, on every rank, so all skip the same rows."""
+    done = [sorted(table.done) if table else None]
+    dist.broadcast_object_list(done, src=0)
+    return set(map(tuple, done[0]))
+
+
 def _measure_overlap(request: Request, dist, device, groups, writer: bool) -> list[str]:
     """GEMMs beside all-gathers over each group (overlap.csv, ``collectives.overlap``) that the
     folder does not hold yet; the notes say what was skipped."""
     from meshplan.calibrate import collectives
 
     table = Table(request.out, "overlap.csv") if writer else None
-    done = [sorted(table.done) if table else None]
-    dist.broadcast_object_list(done, src=0)
-    done_keys = set(map(tuple, done[0]))
+    done_keys = _done_everywhere(dist, table)
     sizes = request.sizes
     for group in groups:
         for nbytes in sizes.overlap_bytes:
