@@ -135,9 +135,11 @@ def test_kept_gathered_fsdp_pipeline_is_faster_than_regathering():
 # 64K rows went from 9% and 6% fast to 16%; the 128K and 256K rows 35-37% fast), then with
 # compute slowed beside FSDP's gathers no longer hidden behind the blocking tensor-parallel
 # collective that follows it, and paid once beside several collectives (8.8%: the 70B 2D rows
-# without async TP 2 points slower, to +4% and +8%; the async-TP ones half a point faster).
+# without async TP 2 points slower, to +4% and +8%; the async-TP ones half a point faster), then
+# with Table 1's eager rows running their norms and rotary embeddings op by op and every row
+# paying its rotary embeddings (5.3%: the eager rows from -10% and -12% to +2.5% and +0.3%).
 CASES = Path(__file__).parent / "data" / "torchtitan_h100.yaml"
-GROUP_MEDIAN = 0.09
+GROUP_MEDIAN = 0.06
 ROW_LIMIT = 0.20
 #: attention at 128K-256K tokens is far slower than modelled (the profile is fitted up to 32K;
 #: the runs used Dec 2024's ring attention over FlashAttention-2, merging each step's partial
@@ -170,3 +172,12 @@ def test_torchtitan_schedule_and_fp8_ratios(published):
     assert speedup("tt2412_405b_512gpu_1f1b", "tt2412_405b_512gpu_interleaved") == pytest.approx(128 / 100, rel=0.10)
     assert speedup("tt2412_8b_8gpu_fsdp_compile", "tt2412_8b_8gpu_fsdp_fp8") == pytest.approx(8532 / 6667, rel=0.10)
     assert speedup("tt2412_8b_128gpu_fsdp_compile", "tt2412_8b_128gpu_fsdp_fp8") == pytest.approx(8380 / 6514, rel=0.10)
+
+
+def test_torch_compile_speedup_is_the_fused_norms_and_rotary_embeddings(published):
+    """Table 1's eager rows (compiled: false) run torchtitan's RMSNorm and rotary embeddings op by
+    op (fusion: eager); torch.compile fuses them. Measured 1.157x (8 GPUs) and 1.162x (128 GPUs);
+    the counted bytes give 1.13x, from no fit, within 4%."""
+    for gpus, eager, compiled in ((8, 5762, 6667), (128, 5605, 6514)):
+        rows = (published[f"tt2412_8b_{gpus}gpu_fsdp_eager"], published[f"tt2412_8b_{gpus}gpu_fsdp_compile"])
+        assert rows[0].predicted_step_time_s / rows[1].predicted_step_time_s == pytest.approx(compiled / eager, rel=0.04)

@@ -48,7 +48,7 @@ _PLAN_FLAGS = {
     "schedule": "schedule", "zero": "zero_stage", "recompute": "recompute", "precision": "precision",
     "sequence_parallel": "sequence_parallel", "strategy": "strategy", "framework": "framework",
     "tp_overlap": "tp_overlap", "ep_overlap": "ep_overlap", "optimizer_offload": "optimizer_offload",
-    "activation_offload": "activation_offload_layers",
+    "activation_offload": "activation_offload_layers", "fusion": "fusion",
 }
 
 
@@ -72,6 +72,7 @@ def estimate(
     framework: Optional[str] = typer.Option(None, help="Overlap defaults of megatron-lm, megatron-core, nemo, nemo-launcher, torchtitan, deepspeed, llm-foundry or pytorch-fsdp."),
     tp_overlap: Optional[str] = typer.Option(None, help="Tensor-parallel communication: none, bulk (backward) or pipelined with the GEMMs."),
     ep_overlap: Optional[str] = typer.Option(None, help="Expert all-to-all: none (blocking) or paired (beside another micro-batch's compute)."),
+    fusion: Optional[str] = typer.Option(None, help="Norms and rotary embeddings: fused (Transformer Engine, torch.compile) or eager (PyTorch op by op)."),
     zero: Optional[int] = typer.Option(None, help="ZeRO stage 0-3 (3 = FSDP full shard)."),
     optimizer_offload: Optional[float] = typer.Option(None, help="Fraction 0-1 of the optimizer state kept in host memory and stepped by the CPU (needs --zero >= 1)."),
     activation_offload: Optional[int] = typer.Option(None, help="Leading layers whose activations wait in host memory between forward and backward (Megatron-Core cpu_offloading_num_layers; pp 1, no recompute)."),

@@ -17,6 +17,7 @@ def estimate_table(e: Estimate) -> Table:
         f"tp={p['tp']} pp={p['pp']} dp={p['dp']} cp={p['cp']} ep={p['ep']} vpp={vpp} "
         f"mb={p['micro_batch_size']} gb={p['global_batch_size']} seq={p['seq_len']} "
         f"zero={p['zero_stage']} recompute={p['recompute']} {p['precision']}"
+        + (" eager" if p.get("fusion") == "eager" else "")
     )
     return metric_table(title, estimate_groups(e))
 

@@ -15,6 +15,7 @@ from meshplan.parallel.program import Comm, Program, host_devices
 from meshplan.parallel.shard import ShardedOp
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.specs.kernels import HostDispatch
+from meshplan.workloads.ops import backward_work
 
 #: the reverse of each collective in backward (all-gather's gradient is a reduce-scatter)
 BACKWARD_OF = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather", "send_recv": "send_recv", "all_to_all": "all_to_all"}
@@ -94,7 +95,7 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline
         return OpTimes(float(roof.lookup_s(op.bytes)), float(roof.lookup_s(2.0 * op.bytes)) + grad)
     memory_class = op.op.memory_class
     fwd = roof.memory_s(op.bytes, memory_class)
-    return OpTimes(float(fwd), float(roof.memory_s(2.0 * op.bytes, memory_class)))
+    return OpTimes(float(fwd), float(roof.memory_s(backward_work(op.op) * op.bytes, memory_class)))
 
 
 def comm_s(comm: Comm, backward: bool = False) -> float:

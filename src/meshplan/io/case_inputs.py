@@ -95,6 +95,30 @@ def _name(value):
     return _word(value).replace("_", "-").replace(" ", "-") if isinstance(value, str) else value
 
 
+#: the keys a case may say torch.compile ran under (SCHEMA.md keeps extra keys), at its top level
+#: or with its parallelism: torchtitan's job config calls it compile, others torch_compile
+_COMPILE_KEYS = ("compiled", "torch_compile", "compile")
+_SWITCH_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+def _fusion(case: dict, par: dict, where: str) -> str | None:
+    """The plan's ``fusion`` where the case says how its norms and rotary embeddings ran: a
+    ``fusion`` key, or whether torch.compile ran (fused) or not (eager); None where it says
+    neither, for the framework's default."""
+    for section in (par, case):
+        if section.get("fusion") is not None:
+            return _word(section["fusion"])
+        for key in _COMPILE_KEYS:
+            value = section.get(key)
+            if value is None:
+                continue
+            flag = _SWITCH_WORDS.get(_word(value)) if isinstance(value, str) else value
+            if not isinstance(flag, bool):
+                raise MeshplanError(f"{where}.{key}", value, "true or false: whether the run's model ran under torch.compile")
+            return "fused" if flag else "eager"
+    return None
+
+
 def _zero_stage(value) -> bool:
     """Whether ``value`` is a ZeRO stage as the schema writes one, 0 to 3 (another is left for
     the plan's validation to name, not overridden)."""
@@ -263,6 +287,9 @@ def case_inputs(case: dict, where: str) -> dict:
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
         plan["cuda_graphs"] = _word(graphs)
+    fusion = _fusion(case, par, where)
+    if fusion is not None:  # its norms and rotary embeddings fused (torch.compile) or eager
+        plan["fusion"] = fusion
     framework = framework_name(case.get("framework"), case.get("source"))
     if framework:  # its overlap defaults (SCHEMA.md); others run on meshplan's
         plan["framework"] = framework

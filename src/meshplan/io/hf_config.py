@@ -59,6 +59,7 @@ class _Family:
     gated: bool
     tied_default: bool
     norm_default: str
+    rotary: bool = True  # rotary position embeddings (Llama, Gemma, GPT-NeoX); GPT-2 learns its positions
 
 
 _LLAMA_KEYS = dict(
@@ -79,7 +80,7 @@ _NEOX = _Family(**{**_LLAMA_KEYS, "activation_keys": ("hidden_act",)}, default_a
 _GPT2 = _Family(layers="n_layer", hidden="n_embd", heads="n_head", ffn="n_inner", ffn_optional=True,
                 positions="n_positions", activation_keys=("activation_function",),
                 default_activation="gelu_new", gated=False, tied_default=True,
-                norm_default="layernorm")
+                norm_default="layernorm", rotary=False)
 
 FAMILIES: dict[str, _Family] = {
     "llama": _LLAMA,
@@ -145,6 +146,7 @@ def model_from_hf_config(
         "vocab_size": _size(config, "vocab_size", where),
         "tied_embeddings": _flag(config, "tie_word_embeddings", family.tied_default, where),
         "norm": _norm(config, family),
+        "rotary": family.rotary,
     }
     spec["name"] = spec["id"]
     for key, field in (("num_key_value_heads", "num_kv_heads"), ("head_dim", "head_dim")):

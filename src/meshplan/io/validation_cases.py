@@ -191,7 +191,8 @@ def known_architecture(model_data: dict) -> str | None:
         moe = model_data.get("moe")
         if known.moe is not None and (not isinstance(moe, dict) or moe.get("num_experts") != known.moe.num_experts):
             return None  # not the catalog's experts (a malformed moe is the model's validation to name)
-        added = [k for k in _ARCHITECTURE_ONLY if k not in model_data and getattr(known, k) != type(known).model_fields[k].default]
+        left_out = type(known)._family_defaults({"ffn_type": model_data.get("ffn_type")})
+        added = [k for k in _ARCHITECTURE_ONLY if k not in model_data and getattr(known, k) != left_out.get(k, type(known).model_fields[k].default)]
         for key in added:
             model_data[key] = getattr(known, key).model_dump() if key == "mla" else getattr(known, key)
         if known.moe is not None and isinstance(model_data.get("moe"), dict):

@@ -18,6 +18,7 @@ BLOCK_KINDS = ("layer", "attention", "mlp")
 
 #: weight matrices in the FFN of each type: 2 (up, down) or 3 (gate, up, down)
 FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3, "geglu": 3}
+GATED_FFNS = ("swiglu", "geglu")
 
 
 class MoE(Spec):
@@ -81,7 +82,12 @@ class TransformerModel(Spec):
     ffn_type: FfnType = "gelu"
     vocab_size: Count
     tied_embeddings: bool = False
-    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    # None: as the published decoders with this FFN have it. Gated FFNs (SwiGLU, GeGLU: Llama,
+    # Mistral, Qwen, Gemma, DeepSeek) come with RMSNorm and rotary position embeddings (Su et al.
+    # 2021, RoFormer) on queries and keys; GPT-2/3-style GELU decoders with LayerNorm and learned
+    # positions (GPT-3, Megatron's GPT), which add nothing to a layer
+    norm: Literal["layernorm", "rmsnorm"] | None = None
+    rotary: bool | None = None
     seq_len: Count = 2048  # default training sequence length
     # "attention" or "mlp": the model is that block of one decoder layer, with no embedding,
     # output layer or loss, and a pipeline may cut it between its einsums (pipeline_layers)
@@ -89,6 +95,19 @@ class TransformerModel(Spec):
     moe: MoE | None = None
     mla: MLA | None = None
     sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_defaults(cls, data):
+        """``norm`` and ``rotary`` left out: those of the published decoders with this FFN."""
+        if isinstance(data, dict):
+            gated = data.get("ffn_type") in GATED_FFNS
+            data = dict(data)
+            if data.get("norm") is None:
+                data["norm"] = "rmsnorm" if gated else "layernorm"
+            if data.get("rotary") is None:
+                data["rotary"] = gated
+        return data
 
     @model_validator(mode="after")
     def _shapes(self) -> "TransformerModel":

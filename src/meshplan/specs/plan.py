@@ -102,6 +102,10 @@ class Plan(Spec):
     # the cross-entropy as one fused kernel over the 16-bit logits (flash-attn's xentropy,
     # Megatron-Core's cross-entropy fusion), or PyTorch's fp32 passes (workloads.transformer.cross_entropy_op)
     fused_loss: bool = False
+    # the norms and rotary embeddings: "fused" kernels (Transformer Engine, Apex, Megatron's fused
+    # kernels, torch.compile), or "eager", op by op as PyTorch runs the reference Llama code
+    # without torch.compile (workloads.transformer._norm and _rotary say what each moves)
+    fusion: Literal["fused", "eager"] = "fused"
     # what runs beside compute (meshplan.timeline.passes); a ``framework`` sets its defaults
     framework: Framework | None = None
     overlap_grad_reduce: bool = True  # gradient buckets reduced during the last micro-batch's backward

@@ -62,7 +62,7 @@ class Op:
     elementwise / lookup: memory bound; ``bytes`` is what one forward moves through HBM.
     Backward costs follow COMET Table 1: a matmul runs two matmuls of the same flop
     (input gradient, weight gradient); attention runs twice its forward flop; elementwise ops
-    move twice their forward bytes.
+    move ``backward_scale`` times their forward bytes (twice, unless the op counts its own).
     """
 
     name: str
@@ -79,6 +79,9 @@ class Op:
     saved: tuple[Saved, ...] = ()
     attention: AttentionShape | None = None  # attention ops: the call's full (unsharded) shape
     memory_class: MemoryClass = "copy"  # elementwise ops: which kind of streaming kernel
+    # elementwise ops: the backward's bytes over the forward's (COMET Table 1's 2, or the op's
+    # own count: a rotary embedding's backward moves what its forward does)
+    backward_scale: float = 2.0
     # a GEMM that FP8/FP4 training runs in low precision, keeping its saved input quantized:
     # every linear layer of the decoder; the embedding, output layer and MoE router stay 16-bit
     # (DeepSeek-V3 report, Sec. 3.3; Megatron-Core builds the output layer outside Transformer
@@ -98,7 +101,9 @@ def backward_work(op: Op) -> float:
     """Forwards' worth of work in ``op``'s backward (COMET Table 1): a matmul runs an
     input-gradient and a weight-gradient GEMM of the forward's flop each, one whose weight is
     ``frozen`` only the input gradient; attention does twice its forward; memory-bound ops move
-    twice their bytes."""
+    ``backward_scale`` times their bytes."""
+    if op.kind == "elementwise":
+        return op.backward_scale
     return 1.0 if op.kind == "matmul" and op.frozen else 2.0
 
 

@@ -16,6 +16,51 @@ from meshplan.specs.model import TransformerModel
 from meshplan.workloads.ops import AttentionShape, Block, Graph, Op, Saved
 
 MASK_BYTES = 1.0  # dropout masks are stored as bytes (Korthikanti et al. 2022, Sec. 4.1)
+OPMATH_BYTES = 4.0  # PyTorch computes 16-bit elementwise math in fp32 (at::opmath_type)
+
+
+def _norm(name: str, tokens: float, width: float, act_bytes: float, model: TransformerModel, eager: bool, shard: str = "sp",
+          keep: bool = True) -> Op:
+    """A norm over ``tokens`` rows of ``width``. Fused (Transformer Engine, Apex, Megatron's
+    kernels, torch.compile; PyTorch's own LayerNorm kernel): one pass reading the input and
+    writing the output, keeping the input. An RMSNorm that runs eager as the reference Llama code
+    writes it (Meta's llama and torchtitan's RMSNorm, Hugging Face's LlamaRMSNorm, PyTorch's
+    composite rms_norm before its fused kernel) is seven kernels in fp32 opmath: the cast up, the
+    square, the mean, the scaling, the cast down and the weight, moving 28 + 4a bytes per value
+    of a-byte activations (36 in bf16); autograd's backward through them moves 76 + 8a (92):
+    the weight's two products and reduction (6a), the two casts back (2a + 8), the scaling's two
+    products and reduction (24), the mean's expansion (4), the square's three passes (28) and the
+    sum of the input's two gradients (12). It keeps the fp32 input and the cast-down output.
+    ``keep``: the norm keeps what its backward reads (the latent norms of multi-head latent
+    attention are counted with the projections they feed)."""
+    a, values = act_bytes, tokens * width
+    params = (2.0 if model.norm == "layernorm" else 1.0) * width
+    if not (eager and model.norm == "rmsnorm"):
+        saved = (Saved(f"{name}_in", a * values, shard),) if keep else ()
+        return Op(name, "elementwise", shard, flop=5.0 * values, bytes=2.0 * a * values, params=params, saved=saved, memory_class="norm")
+    casts = a != OPMATH_BYTES  # fp32 activations need no casts
+    forward = 28.0 + (4.0 * a if casts else 0.0)
+    backward = 76.0 + (8.0 * a if casts else 4.0 * a)
+    saved = (Saved(f"{name}_in", (OPMATH_BYTES + a) * values, shard),) if keep else ()
+    return Op(name, "elementwise", shard, flop=5.0 * values, bytes=forward * values, params=params, saved=saved,
+              memory_class="copy", backward_scale=backward / forward)
+
+
+def _standalone_casts(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """Eager ops write 16-bit outputs: nothing quantizes a low-precision GEMM's input or output
+    gradient as it writes it (parallel.quantize: a standalone cast)."""
+    return tuple(replace(op, input_fused=False, grad_fused=False) if op.kind == "matmul" else op for op in ops)
+
+
+def _rotary(tokens: float, width: float, act_bytes: float, eager: bool) -> Op:
+    """Rotary position embeddings (Su et al. 2021) on ``width`` query and key columns. Fused
+    (Transformer Engine's fused_apply_rotary_pos_emb, Megatron-Core's apply_rope_fusion,
+    torch.compile): one pass reading and writing them, forward and backward alike. Eager as
+    Meta's llama and torchtitan write it: the cast to fp32, the complex product and the cast
+    back, 16 + 2a bytes per value of a-byte activations both ways (Hugging Face's rotate_half
+    form moves about as much in 16 bits). Nothing large is kept: the angles need no gradient."""
+    per_value = 2.0 * act_bytes if not eager else 16.0 + 2.0 * act_bytes
+    return Op("rotary", "elementwise", "tp", flop=6.0 * tokens * width, bytes=per_value * tokens * width, backward_scale=1.0)
 
 
 def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: float, saved: tuple[Saved, ...], expert: bool = False,
@@ -73,21 +118,23 @@ def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_r
     return Op("attention", "attention", "tp", flop=flop, bytes=traffic, saved=extra, attention=shape)
 
 
-def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int) -> tuple[Op, ...]:
-    """Norm, projections and attention core; MHA/GQA/MQA or multi-head latent attention."""
+def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int,
+                  eager: bool = False) -> tuple[Op, ...]:
+    """Norm, projections, rotary embeddings and attention core; MHA/GQA/MQA or multi-head latent
+    attention. ``eager``: the norms and rotary embeddings run as PyTorch eager runs the reference
+    Llama code (_norm, _rotary)."""
     t = float(micro_batch * seq_len)
     h = float(model.hidden_size)
     a = model.num_attention_heads
     x = t * h * act_bytes
-    norm_params = (2.0 if model.norm == "layernorm" else 1.0) * h
-    ops = [Op("norm_attn", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_attn_in", x, "sp"),), memory_class="norm")]
+    ops = [_norm("norm_attn", t, h, act_bytes, model, eager)]
     if model.mla:
         m = model.mla
         qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
         if m.q_lora_rank:
             ops += [
                 _matmul("q_down", t, h, m.q_lora_rank, "", h * m.q_lora_rank, (Saved("q_down_in", x, "sp"),), input_fused=True),
-                Op("q_norm", "elementwise", "none", flop=5.0 * t * m.q_lora_rank, bytes=2.0 * t * m.q_lora_rank * act_bytes, params=m.q_lora_rank, memory_class="norm"),
+                _norm("q_norm", t, m.q_lora_rank, act_bytes, model, eager, shard="none", keep=False),
                 _matmul("q_up", t, m.q_lora_rank, a * qk, "n", m.q_lora_rank * a * qk, (Saved("q_up_in", t * m.q_lora_rank * act_bytes, "none"),),
                         input_fused=True),
             ]
@@ -96,10 +143,12 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         latent = m.kv_lora_rank + m.qk_rope_head_dim
         ops += [
             _matmul("kv_down", t, h, latent, "", h * latent, (Saved("kv_down_in", x, "sp"),), input_fused=True),
-            Op("kv_norm", "elementwise", "none", flop=5.0 * t * m.kv_lora_rank, bytes=2.0 * t * m.kv_lora_rank * act_bytes, params=m.kv_lora_rank, memory_class="norm"),
+            _norm("kv_norm", t, m.kv_lora_rank, act_bytes, model, eager, shard="none", keep=False),
             _matmul("kv_up", t, m.kv_lora_rank, a * (m.qk_nope_head_dim + v), "n", m.kv_lora_rank * a * (m.qk_nope_head_dim + v),
                     (Saved("kv_up_in", t * m.kv_lora_rank * act_bytes, "none"),), input_fused=True),
         ]
+        if model.rotary:  # the decoupled rotary part of each query head and the one shared key
+            ops.append(_rotary(t, (a + 1) * m.qk_rope_head_dim, act_bytes, eager))
         # training and prefill read the per-head keys and values; decoding reads the cached latent
         kv_read = a * (qk + v) if kv_len == seq_len else latent
         core = _attention_core(model, micro_batch, seq_len, kv_len, a * qk, a * v, kv_read, act_bytes, flash_attention)
@@ -111,6 +160,8 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         q_width, kv_width = float(a * d), float(kv * d)
         ops.append(_matmul("qkv", t, h, q_width + 2 * kv_width, "n", h * (q_width + 2 * kv_width) + q_width + 2 * kv_width, (Saved("qkv_in", x, "sp"),),
                            input_fused=True))
+        if model.rotary:
+            ops.append(_rotary(t, q_width + kv_width, act_bytes, eager))
         core = _attention_core(model, micro_batch, seq_len, kv_len, q_width, q_width, 2 * kv_width, act_bytes, flash_attention, kv)
         saved = (
             Saved("q", t * q_width * act_bytes, "tp"),
@@ -121,7 +172,7 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         ops.append(_matmul("proj", t, q_width, h, "k", q_width * h + h, (Saved("proj_in", t * q_width * act_bytes, "tp"),)))
     mask = t * h * MASK_BYTES
     ops.append(Op("residual_attn", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_attn", mask, "sp"),)))
-    return tuple(ops)
+    return _standalone_casts(tuple(ops)) if eager else tuple(ops)
 
 
 def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_bytes: float, experts: int = 0) -> tuple[Op, ...]:
@@ -149,14 +200,13 @@ def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_
     )
 
 
-def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, moe: bool) -> tuple[Op, ...]:
+def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, moe: bool, eager: bool = False) -> tuple[Op, ...]:
     """Norm, the FFN (dense, or router + routed and shared experts), residual."""
     t = float(micro_batch * seq_len)
     h = float(model.hidden_size)
     x = t * h * act_bytes
     mask = t * h * MASK_BYTES
-    norm_params = (2.0 if model.norm == "layernorm" else 1.0) * h
-    ops = [Op("norm_mlp", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_mlp_in", x, "sp"),), memory_class="norm")]
+    ops = [_norm("norm_mlp", t, h, act_bytes, model, eager)]
     if not moe:
         ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes)
     else:
@@ -174,12 +224,12 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
         if m.shared_experts:
             ops += _ffn_ops(model, "shared", t, m.shared_experts * m.expert_ffn_hidden_size, act_bytes)
     ops.append(Op("residual_mlp", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_mlp", mask, "sp"),)))
-    return tuple(ops)
+    return _standalone_casts(tuple(ops)) if eager else tuple(ops)
 
 
 def decoder_layer(
     model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool,
-    kv_len: int | None = None, moe: bool = False,
+    kv_len: int | None = None, moe: bool = False, eager: bool = False,
 ) -> tuple[Op, ...]:
     """The ops of one decoder layer: attention block, then FFN block (MoE if ``moe``).
 
@@ -187,17 +237,20 @@ def decoder_layer(
     (default ``seq_len``; in decoding one new token attends to the whole KV cache).
     """
     kv_len = kv_len or seq_len
-    return attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len) + ffn_ops(model, micro_batch, seq_len, act_bytes, moe)
+    return (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager)
+            + ffn_ops(model, micro_batch, seq_len, act_bytes, moe, eager))
 
 
-def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None) -> tuple[Block, ...]:
+def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None,
+                 eager: bool = False) -> tuple[Block, ...]:
     """The decoder layer kinds in order, with their counts (dense first, then MoE)."""
     dense = model.dense_layers
     blocks = []
     if dense:
-        blocks.append(Block("dense_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len), dense))
+        blocks.append(Block("dense_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager=eager), dense))
     if model.moe and model.num_layers > dense:
-        blocks.append(Block("moe_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=True), model.num_layers - dense))
+        blocks.append(Block("moe_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=True, eager=eager),
+                            model.num_layers - dense))
     return tuple(blocks)
 
 
@@ -243,25 +296,25 @@ def cross_entropy_op(tokens: float, vocab: float, act_bytes: float, fused: bool)
 
 
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True,
-          kv_len: int | None = None, logits_per_sequence: int | None = None, fused_loss: bool = False) -> Graph:
+          kv_len: int | None = None, logits_per_sequence: int | None = None, fused_loss: bool = False, eager: bool = False) -> Graph:
     """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss; of a
     block model (``model.block``), that block's einsums only (block_einsums).
 
     Serving lowers a prefill or a decode step: ``seq_len`` new tokens per sequence attend to
     ``kv_len`` keys (layer_blocks), and only the last ``logits_per_sequence`` positions of each
     sequence go through the final norm, logits and sampling (default: every position, as in
-    training). ``fused_loss``: the cross-entropy is one fused kernel (cross_entropy_op).
+    training). ``fused_loss``: the cross-entropy is one fused kernel (cross_entropy_op);
+    ``eager``: norms and rotary embeddings run op by op (_norm, _rotary).
     """
     if model.block != "layer":  # one block, no embedding, output layer or loss
         kv = kv_len or seq_len
-        ops = (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv) if model.block == "attention"
-               else ffn_ops(model, micro_batch, seq_len, act_bytes, moe=False))
+        ops = (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv, eager) if model.block == "attention"
+               else ffn_ops(model, micro_batch, seq_len, act_bytes, moe=False, eager=eager))
         return Graph(head=Block("embedding", (), 1), blocks=block_einsums(model.block, ops), tail=Block("head", (), 1),
                      tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)
     t = float(micro_batch * seq_len)
     h, v = float(model.hidden_size), float(model.vocab_size)
     x = t * h * act_bytes
-    norm_params = (2.0 if model.norm == "layernorm" else 1.0) * h
     head = Block(
         "embedding",
         (
@@ -275,11 +328,11 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     tail = Block(
         "head",
         (
-            Op("norm_final", "elementwise", "sp", flop=5.0 * t * h, bytes=2.0 * x, params=norm_params, saved=(Saved("norm_final_in", x, "sp"),), memory_class="norm"),
+            _norm("norm_final", t, h, act_bytes, model, eager),
             _matmul("logits", t, h, v, "n", 0.0 if model.tied_embeddings else v * h, (Saved("logits_in", x, "sp"),), low_precision=False),
             cross_entropy_op(t, v, act_bytes, fused_loss),
         ),
         1,
     )
-    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len)
+    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager)
     return Graph(head=head, blocks=blocks, tail=tail, tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)

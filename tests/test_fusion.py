@@ -1,0 +1,155 @@
+"""Fused or eager norms and rotary embeddings (Plan.fusion; workloads.transformer._norm and
+_rotary): what each moves, hand-counted, and what it does to a step."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+import meshplan
+from meshplan.io.validation_cases import run_case
+from meshplan.specs.model import TransformerModel
+from meshplan.workloads.ops import backward_work
+from meshplan.workloads.transformer import lower
+
+LLAMA = dict(num_layers=2, hidden_size=64, num_attention_heads=4, num_kv_heads=2, ffn_hidden_size=176, ffn_type="swiglu",
+             vocab_size=128)
+GPT = dict(LLAMA, num_kv_heads=4, ffn_type="gelu")
+T, H, Q, KV = 3 * 16, 64, 64, 32  # tokens (micro-batch 3 x 16), hidden, query and key widths
+
+
+def _ops(model: dict, eager: bool, act_bytes: float = 2.0) -> dict:
+    graph = lower(TransformerModel(**model), 3, 16, act_bytes, eager=eager)
+    return {op.name: op for op in graph.blocks[0].ops} | {op.name: op for op in graph.tail.ops}
+
+
+def test_a_gated_ffn_model_has_rmsnorm_and_rotary_embeddings_by_default():
+    llama, gpt = TransformerModel(**LLAMA), TransformerModel(**GPT)
+    assert (llama.norm, llama.rotary) == ("rmsnorm", True)
+    assert (gpt.norm, gpt.rotary) == ("layernorm", False)
+    given = TransformerModel(**LLAMA, norm="layernorm", rotary=False)
+    assert (given.norm, given.rotary) == ("layernorm", False)
+
+
+def test_a_fused_norm_reads_and_writes_once_and_keeps_its_input():
+    norm = _ops(LLAMA, eager=False)["norm_attn"]
+    assert norm.bytes == 2 * 2.0 * T * H and backward_work(norm) == 2.0
+    assert [s.bytes for s in norm.saved] == [2.0 * T * H]
+
+
+def test_an_eager_rmsnorm_moves_what_its_seven_kernels_move():
+    """bf16: cast up 2+4, square 4+4, mean 4, scale 4+4, cast down 4+2, weight 2+2 = 36 bytes a
+    value; backward 92; it keeps the fp32 input and the bf16 output before the weight."""
+    ops = _ops(LLAMA, eager=True)
+    for name in ("norm_attn", "norm_mlp", "norm_final"):
+        assert ops[name].bytes == 36.0 * T * H
+        assert ops[name].bytes * backward_work(ops[name]) == pytest.approx(92.0 * T * H)
+        assert [s.bytes for s in ops[name].saved] == [6.0 * T * H]
+
+
+def test_an_eager_rmsnorm_in_fp32_has_no_casts():
+    norm = _ops(LLAMA, eager=True, act_bytes=4.0)["norm_attn"]
+    assert norm.bytes == 28.0 * T * H
+    assert norm.bytes * backward_work(norm) == pytest.approx(92.0 * T * H)
+
+
+def test_layernorm_runs_one_kernel_eager_or_fused():
+    assert _ops(GPT, eager=True)["norm_attn"] == _ops(GPT, eager=False)["norm_attn"]
+
+
+def test_rotary_embeddings_rotate_the_queries_and_keys():
+    """Fused: 2 + 2 bytes a value; eager (the fp32 complex product between two casts): 20; the
+    backward moves what the forward does."""
+    fused, eager = _ops(LLAMA, eager=False)["rotary"], _ops(LLAMA, eager=True)["rotary"]
+    assert fused.bytes == 4.0 * T * (Q + KV) and eager.bytes == 20.0 * T * (Q + KV)
+    assert backward_work(fused) == backward_work(eager) == 1.0
+    assert fused.shard == "tp" and not fused.saved
+    assert "rotary" not in _ops(GPT, eager=True)
+
+
+def test_eager_ops_leave_fp8_casts_standalone():
+    """A fused norm or activation writes the next GEMM's input already quantized; eager ones
+    write 16 bits, so every cast is its own pass (parallel.quantize)."""
+    fused, eager = _ops(LLAMA, eager=False), _ops(LLAMA, eager=True)
+    assert fused["qkv"].input_fused and fused["mlp_up"].grad_fused
+    assert not any(op.input_fused or op.grad_fused for op in eager.values())
+
+
+def test_rotary_sits_between_the_qkv_projection_and_attention():
+    names = list(_ops(LLAMA, eager=False))
+    assert names.index("qkv") + 1 == names.index("rotary") == names.index("attention") - 1
+
+
+def test_latent_attention_rotates_its_decoupled_part():
+    """DeepSeek-V3: 128 query heads' 64 rotary columns and the one shared rotary key."""
+    model = meshplan.catalog.model("deepseek-v3")
+    ops = {op.name: op for op in lower(model, 1, 16, 2.0).blocks[0].ops}
+    assert ops["rotary"].bytes == 4.0 * 16 * (128 + 1) * 64
+
+
+PLAN = dict(tp=2, dp=4, micro_batch_size=2, global_batch_size=64, seq_len=2048)
+
+
+@pytest.mark.parametrize("model, plan", [
+    ("llama3-8b", PLAN),
+    ("llama3-8b", {**PLAN, "recompute": "full"}),
+    ("llama3-8b", {**PLAN, "tp": 1, "dp": 8, "zero_stage": 3, "recompute": "selective", "framework": "torchtitan"}),
+    ("mixtral-8x7b", {**PLAN, "ep": 4, "dp": 4}),
+    ("deepseek-v3", {**PLAN, "tp": 1, "pp": 8, "dp": 8, "ep": 8, "global_batch_size": 256}),
+])
+def test_eager_is_slower_and_a_gpt_model_does_not_notice(model, plan):
+    fused = meshplan.estimate(model, "dgx-h100", plan, 8 * plan.get("pp", 1), fusion="fused")
+    eager = meshplan.estimate(model, "dgx-h100", plan, 8 * plan.get("pp", 1), fusion="eager")
+    assert eager.step_time_s > fused.step_time_s
+    assert eager.memory.activations_bytes >= fused.memory.activations_bytes
+    gpt = dict(plan, framework=None, ep=1)
+    same = [meshplan.estimate("gpt3-175b", "dgx-h100", gpt, 8 * plan.get("pp", 1), fusion=f).step_time_s for f in ("fused", "eager")]
+    assert same[0] == same[1]
+
+
+def test_framework_presets_say_how_their_runs_fuse():
+    """PyTorch FSDP trainers and Composer run the model eager; torchtitan's published runs
+    compile it; Megatron-Core fuses with Transformer Engine."""
+    fusion = {name: meshplan.api.scenario("llama3-8b", "dgx-h100", PLAN, 8, framework=name).plan.fusion
+              for name in ("pytorch-fsdp", "llm-foundry", "torchtitan", "megatron-core", "nemo", "deepspeed")}
+    assert fusion == {"pytorch-fsdp": "eager", "llm-foundry": "eager", "torchtitan": "fused", "megatron-core": "fused",
+                      "nemo": "fused", "deepspeed": "fused"}
+    assert meshplan.api.scenario("llama3-8b", "dgx-h100", PLAN, 8, framework="torchtitan", fusion="eager").plan.fusion == "eager"
+
+
+CASE = {
+    "id": "tt", "group": "g", "source": "test",
+    "model": {"name": "Llama 3.1 8B", "arch": "dense", "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+              "num_kv_heads": 8, "ffn_hidden_size": 14336, "ffn_type": "swiglu", "vocab_size": 128256},
+    "hardware": {"cluster": "dgx-h100", "num_devices": 8},
+    "parallelism": {"tp": 1, "pp": 1, "dp": 8, "zero_stage": 3, "activation_recompute": "selective"},
+    "batch": {"global_batch_sequences": 16, "micro_batch_size": 2, "seq_len": 8192},
+    "precision": "bf16", "framework": "torchtitan",
+    "measured": {"step_time_s": 2.8},
+}
+
+
+def _case(**changes) -> dict:
+    out = copy.deepcopy(CASE)
+    for key, value in changes.items():
+        section, _, field = key.rpartition("__")
+        (out[section] if section else out)[field] = value
+    return out
+
+
+@pytest.mark.parametrize("changes, slower", [
+    ({"compiled": False}, True), ({"compiled": True}, False), ({"torch_compile": "no"}, True),
+    ({"parallelism__compile": "off"}, True), ({"fusion": "eager"}, True), ({"parallelism__fusion": "Fused"}, False),
+])
+def test_a_case_may_say_whether_torch_compile_ran(changes, slower):
+    base = run_case(_case(), 0)
+    run = run_case(_case(**changes), 0)
+    assert base.error is None and run.error is None
+    assert (run.predicted_step_time_s > base.predicted_step_time_s) == slower
+
+
+@pytest.mark.parametrize("changes, field", [({"compiled": "sometimes"}, "tt.compiled"), ({"fusion": "partly"}, "fusion")])
+def test_a_bad_compile_switch_is_refused_naming_its_field(changes, field):
+    result = run_case(_case(**changes), 0)
+    assert result.predicted_step_time_s is None and field in result.error
