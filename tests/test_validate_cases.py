@@ -533,3 +533,34 @@ def test_free_text_dlrm_interaction_as_schema_allows():
     short = run_case({**dlrm, "model": {**dlrm["model"], "interaction": "dcnv2 3", "dcn_low_rank_dim": 512}}, 0)
     assert short.predicted_step_time_s == pytest.approx(result.predicted_step_time_s, rel=1e-12)
 
+
+@pytest.mark.parametrize("changes, stage, shard", [
+    ({"parallelism__sharding_strategy": "HYBRID_SHARD"}, 3, 8),
+    ({"parallelism__sharding_strategy": "hsdp", "parallelism__zero_stage": 2}, 2, 8),
+    ({"fsdp_sharding_strategy": "FULL_SHARD"}, 3, None),
+    ({"parallelism__sharding_strategy": "SHARD_GRAD_OP"}, 2, None),
+    ({"parallelism__zero_stage": 3, "parallelism__zero_shard_size": 16}, 3, 16),
+    ({"parallelism__zero_stage": 3, "parallelism__data_parallel_shard_degree": 4, "parallelism__data_parallel_replicate_degree": 8}, 3, 4),
+    ({"parallelism__zero_stage": 3, "parallelism__data_parallel_shard_degree": 32, "parallelism__data_parallel_replicate_degree": 1}, 3, None),
+])
+def test_a_case_may_say_it_sharded_within_nodes(monkeypatch, changes, stage, shard):
+    """PyTorch FSDP's strategies by name (HYBRID_SHARD, fms-fsdp's hsdp: shards inside each node
+    of 8, replicas across), Plan.zero_shard_size, or torchtitan's shard and replicate degrees."""
+    from meshplan import api
+
+    seen = {}
+    real = api.estimate
+
+    def spy(**inputs):
+        seen.update(inputs["plan"])
+        return real(**inputs)
+
+    monkeypatch.setattr(api, "estimate", spy)
+    result = run_case(case(**changes), 0)
+    assert result.error is None
+    assert seen["zero_stage"] == stage and seen.get("zero_shard_size") == shard
+
+
+def test_an_unknown_sharding_strategy_is_refused_naming_it():
+    result = run_case(case(parallelism__sharding_strategy="HALF_SHARD"), 0)
+    assert result.error.startswith("sc21_1p7b.sharding_strategy") and "HYBRID_SHARD" in result.error

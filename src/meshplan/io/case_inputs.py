@@ -119,6 +119,42 @@ def _fusion(case: dict, par: dict, where: str) -> str | None:
     return None
 
 
+#: sharding strategies as PyTorch FSDP (ShardingStrategy), fms-fsdp and Accelerate name them
+#: (keyed by name_key): the ZeRO stage, and whether the shards stay inside a node, replicated
+#: across nodes (HYBRID_SHARD, fms-fsdp's "hsdp": Plan.zero_shard_size the node's devices)
+_SHARDING = {"fullshard": (3, False), "fsdp": (3, False), "hybridshard": (3, True), "hsdp": (3, True),
+             "shardgradop": (2, False), "hybridshardzero2": (2, True), "noshard": (0, False), "ddp": (0, False)}
+_SHARDING_KEYS = ("sharding_strategy", "fsdp_sharding_strategy")
+#: Plan.zero_shard_size's stand-in for "the node's devices", which the cluster resolves
+NODE = "node"
+
+
+def _sharding(case: dict, par: dict, plan: dict, where: str) -> None:
+    """Hybrid sharding where the case says it: ``zero_shard_size``; torchtitan's
+    data_parallel_shard_degree under a data_parallel_replicate_degree above 1; or a sharding
+    strategy by name (HYBRID_SHARD's shards the node's devices; its ZeRO stage where the case
+    gives none)."""
+    size = _option(par, "zero_shard_size", None)
+    replicas = par.get("data_parallel_replicate_degree")
+    if size is None and isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1:
+        size = par.get("data_parallel_shard_degree")
+    if size is not None:
+        plan["zero_shard_size"] = size
+        return
+    for section, key in ((s, k) for s in (par, case) for k in _SHARDING_KEYS):
+        if section.get(key) is None:
+            continue
+        name = section[key]
+        known = _SHARDING.get(name_key(name)) if isinstance(name, str) else None
+        if known is None:
+            raise MeshplanError(f"{where}.{key}", name, "one of FULL_SHARD, HYBRID_SHARD (HSDP), SHARD_GRAD_OP, _HYBRID_SHARD_ZERO2, NO_SHARD")
+        if par.get("zero_stage") is None:
+            plan["zero_stage"] = known[0]
+        if known[1]:
+            plan["zero_shard_size"] = NODE
+        return
+
+
 def _zero_stage(value) -> bool:
     """Whether ``value`` is a ZeRO stage as the schema writes one, 0 to 3 (another is left for
     the plan's validation to name, not overridden)."""
@@ -287,6 +323,7 @@ def case_inputs(case: dict, where: str) -> dict:
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
         plan["cuda_graphs"] = _word(graphs)
+    _sharding(case, par, plan, where)
     fusion = _fusion(case, par, where)
     if fusion is not None:  # its norms and rotary embeddings fused (torch.compile) or eager
         plan["fusion"] = fusion

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from meshplan import catalog
 from meshplan.errors import MeshplanError
-from meshplan.io.case_inputs import _get, _option, _word, case_inputs, dlrm_case_inputs, framework_name
+from meshplan.io.case_inputs import NODE, _get, _option, _word, case_inputs, dlrm_case_inputs, framework_name
 from meshplan.io.files import load_yaml_or_json
 from meshplan.io.profile import load_profile
 from meshplan.units import finite_number
@@ -123,6 +123,8 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
     if profile is not None and profile.device in (None, cluster.device.id):
         cluster = profile.apply(cluster)
     inputs["cluster"] = cluster
+    if inputs["plan"].get("zero_shard_size") == NODE:  # hybrid sharding: shards inside each node
+        inputs["plan"]["zero_shard_size"] = cluster.devices_per_node
     known = known_architecture(inputs["model"]) if arch != "dlrm" else None
     experts = _expert_data_parallel(inputs) if arch == "moe" else None
     scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
