@@ -28,6 +28,7 @@ from meshplan.io.files import load_yaml_or_json
 from meshplan.io.profile import load_profile
 from meshplan.units import finite_number
 from meshplan.io.recipes import name_key, recipe_switches
+from meshplan.specs.model import family_defaults
 from meshplan.specs.profile import Profile
 
 
@@ -193,7 +194,7 @@ def known_architecture(model_data: dict) -> str | None:
         moe = model_data.get("moe")
         if known.moe is not None and (not isinstance(moe, dict) or moe.get("num_experts") != known.moe.num_experts):
             return None  # not the catalog's experts (a malformed moe is the model's validation to name)
-        left_out = type(known)._family_defaults({"ffn_type": model_data.get("ffn_type")})
+        left_out = family_defaults(model_data.get("ffn_type"))  # what the case's model takes without them
         added = [k for k in _ARCHITECTURE_ONLY if k not in model_data and getattr(known, k) != left_out.get(k, type(known).model_fields[k].default)]
         for key in added:
             model_data[key] = getattr(known, key).model_dump() if key == "mla" else getattr(known, key)

@@ -21,6 +21,13 @@ FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3, "geglu": 3
 GATED_FFNS = ("swiglu", "geglu")
 
 
+def family_defaults(ffn_type) -> dict:
+    """The norm and positions of the published decoders with this FFN (TransformerModel.norm):
+    RMSNorm and rotary embeddings with a gated FFN, LayerNorm and learned positions otherwise."""
+    gated = ffn_type in GATED_FFNS
+    return {"norm": "rmsnorm" if gated else "layernorm", "rotary": gated}
+
+
 class MoE(Spec):
     """Mixture-of-experts FFN (Shazeer et al. 2017; Switch, Fedus et al. 2021; DeepSeekMoE).
 
@@ -101,12 +108,8 @@ class TransformerModel(Spec):
     def _family_defaults(cls, data):
         """``norm`` and ``rotary`` left out: those of the published decoders with this FFN."""
         if isinstance(data, dict):
-            gated = data.get("ffn_type") in GATED_FFNS
-            data = dict(data)
-            if data.get("norm") is None:
-                data["norm"] = "rmsnorm" if gated else "layernorm"
-            if data.get("rotary") is None:
-                data["rotary"] = gated
+            defaults = family_defaults(data.get("ffn_type"))
+            data = {**data, **{k: v for k, v in defaults.items() if data.get(k) is None}}
         return data
 
     @model_validator(mode="after")
