@@ -141,6 +141,8 @@ def _case(**changes) -> dict:
 @pytest.mark.parametrize("changes, slower", [
     ({"compiled": False}, True), ({"compiled": True}, False), ({"torch_compile": "no"}, True),
     ({"parallelism__compile": "off"}, True), ({"fusion": "eager"}, True), ({"parallelism__fusion": "Fused"}, False),
+    ({"framework": "torchtitan (torch.compile)"}, False), ({"framework": "torchtitan, eager"}, True),
+    ({"framework": "torchtitan without torch.compile"}, True), ({"framework": "torchtitan + no compile"}, True),
 ])
 def test_a_case_may_say_whether_torch_compile_ran(changes, slower):
     base = run_case(_case(), 0)
@@ -153,3 +155,13 @@ def test_a_case_may_say_whether_torch_compile_ran(changes, slower):
 def test_a_bad_compile_switch_is_refused_naming_its_field(changes, field):
     result = run_case(_case(**changes), 0)
     assert result.predicted_step_time_s is None and field in result.error
+
+
+@pytest.mark.parametrize("framework, preset", [
+    ("torchtitan (torch.compile)", "torchtitan"), ("FSDP2 + torch.compile", "pytorch-fsdp"),
+    ("PyTorch FSDP (HSDP)", "pytorch-fsdp"), ("Megatron-LM (core r0.9)", "megatron-lm"), ("DeepSpeed 0.9.2, ZeRO-1", "deepspeed"),
+])
+def test_a_qualified_framework_name_still_picks_its_preset(framework, preset):
+    from meshplan.io.case_inputs import framework_name
+
+    assert framework_name(framework) == preset

@@ -542,6 +542,8 @@ def test_free_text_dlrm_interaction_as_schema_allows():
     ({"parallelism__zero_stage": 3, "parallelism__zero_shard_size": 16}, 3, 16),
     ({"parallelism__zero_stage": 3, "parallelism__data_parallel_shard_degree": 4, "parallelism__data_parallel_replicate_degree": 8}, 3, 4),
     ({"parallelism__zero_stage": 3, "parallelism__data_parallel_shard_degree": 32, "parallelism__data_parallel_replicate_degree": 1}, 3, None),
+    ({"framework": "PyTorch FSDP (HSDP)"}, 3, 8),
+    ({"framework": "PyTorch FSDP, hybrid_shard", "parallelism__zero_stage": 3}, 3, 8),
 ])
 def test_a_case_may_say_it_sharded_within_nodes(monkeypatch, changes, stage, shard):
     """PyTorch FSDP's strategies by name (HYBRID_SHARD, fms-fsdp's hsdp: shards inside each node

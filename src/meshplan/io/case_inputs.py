@@ -103,8 +103,9 @@ _SWITCH_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": Fa
 
 def _fusion(case: dict, par: dict, where: str) -> str | None:
     """The plan's ``fusion`` where the case says how its norms and rotary embeddings ran: a
-    ``fusion`` key, or whether torch.compile ran (fused) or not (eager); None where it says
-    neither, for the framework's default."""
+    ``fusion`` key, whether torch.compile ran (fused) or not (eager), or the framework so
+    qualified ("torchtitan (torch.compile)", "FSDP (eager)"); None where it says none of these,
+    for the framework's default."""
     for section in (par, case):
         if section.get("fusion") is not None:
             return _word(section["fusion"])
@@ -116,6 +117,13 @@ def _fusion(case: dict, par: dict, where: str) -> str | None:
             if not isinstance(flag, bool):
                 raise MeshplanError(f"{where}.{key}", value, "true or false: whether the run's model ran under torch.compile")
             return "fused" if flag else "eager"
+    framework = case.get("framework")
+    if isinstance(framework, str) and len(_qualifiers(framework)) > 1:  # "torchtitan (torch.compile)"
+        said = " ".join(_qualifiers(framework)[1:]).lower()
+        if re.search(r"\b(no|without)[ -]+(torch\.)?compile", said) or re.search(r"\beager\b", said):
+            return "eager"
+        if "compile" in said:
+            return "fused"
     return None
 
 
@@ -132,8 +140,8 @@ NODE = "node"
 def _sharding(case: dict, par: dict, plan: dict, where: str) -> None:
     """Hybrid sharding where the case says it: ``zero_shard_size``; torchtitan's
     data_parallel_shard_degree under a data_parallel_replicate_degree above 1; or a sharding
-    strategy by name (HYBRID_SHARD's shards the node's devices; its ZeRO stage where the case
-    gives none)."""
+    strategy by name, as a key or qualifying the framework ("PyTorch FSDP (HSDP)"): HYBRID_SHARD's
+    shards the node's devices; its ZeRO stage where the case gives none."""
     size = _option(par, "zero_shard_size", None)
     replicas = par.get("data_parallel_replicate_degree")
     if size is None and isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1:
@@ -141,18 +149,20 @@ def _sharding(case: dict, par: dict, plan: dict, where: str) -> None:
     if size is not None:
         plan["zero_shard_size"] = size
         return
-    for section, key in ((s, k) for s in (par, case) for k in _SHARDING_KEYS):
-        if section.get(key) is None:
-            continue
-        name = section[key]
-        known = _SHARDING.get(name_key(name)) if isinstance(name, str) else None
-        if known is None:
-            raise MeshplanError(f"{where}.{key}", name, "one of FULL_SHARD, HYBRID_SHARD (HSDP), SHARD_GRAD_OP, _HYBRID_SHARD_ZERO2, NO_SHARD")
-        if par.get("zero_stage") is None:
-            plan["zero_stage"] = known[0]
-        if known[1]:
-            plan["zero_shard_size"] = NODE
+    said = [(key, section[key]) for section in (par, case) for key in _SHARDING_KEYS if section.get(key) is not None]
+    framework = case.get("framework")
+    if not said and isinstance(framework, str):
+        said = [("framework", q) for q in _qualifiers(framework)[1:] if name_key(q) in _SHARDING]
+    if not said:
         return
+    key, name = said[0]
+    known = _SHARDING.get(name_key(name)) if isinstance(name, str) else None
+    if known is None:
+        raise MeshplanError(f"{where}.{key}", name, "one of FULL_SHARD, HYBRID_SHARD (HSDP), SHARD_GRAD_OP, _HYBRID_SHARD_ZERO2, NO_SHARD")
+    if par.get("zero_stage") is None:
+        plan["zero_stage"] = known[0]
+    if known[1]:
+        plan["zero_shard_size"] = NODE
 
 
 def _zero_stage(value) -> bool:
@@ -192,6 +202,12 @@ def _nemo_era(text) -> str | None:
     return "nemo-launcher" if first <= (major, minor) <= last else "nemo"
 
 
+def _qualifiers(value: str) -> list[str]:
+    """A framework as sources qualify it, split into its name and what follows: "torchtitan
+    (torch.compile)", "FSDP2 + torch.compile", "PyTorch FSDP, HSDP", "Megatron-LM with ZeRO"."""
+    return [part.strip() for part in re.split(r"[(),+;/]|\s(?=with(?:out)?\s)", value) if part.strip()] or [value]
+
+
 def framework_name(value, source=None) -> str | None:
     """The catalog framework a case's ``framework`` names, or None (meshplan's own defaults). A
     trailing version is not part of the name ("NeMo 2.0", "Megatron-LM v3", "DeepSpeed 0.9.2"),
@@ -200,7 +216,8 @@ def framework_name(value, source=None) -> str | None:
     version takes it from the case's ``source``, where sources name the container they ran."""
     if not isinstance(value, str):
         return None
-    for name in (_name(value), re.sub(r"-v?\d[\d.]*$", "", _name(value))):
+    lead = _name(_qualifiers(value)[0])  # "torchtitan (torch.compile)", "FSDP2 + torch.compile"
+    for name in (_name(value), re.sub(r"-v?\d[\d.]*$", "", _name(value)), lead, re.sub(r"-v?\d[\d.]*$", "", lead)):
         name = _FRAMEWORK_ALIASES.get(name, name)
         if name == "nemo":
             return _nemo_era(value) or _nemo_era(source) or name
