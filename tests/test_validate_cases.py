@@ -147,6 +147,20 @@ def test_framework_spellings_pick_the_catalog_preset(spelling):
     assert framework_name("PyTorch FSDP2") == framework_name("fsdp2") == "pytorch-fsdp"
 
 
+@pytest.mark.parametrize("spelling", ["PyTorch", "PyTorch DDP", "PyTorch 2.4", "Hugging Face Transformers", "HF Accelerate",
+                                      "Transformers 4.40", "TRL", "LitGPT"])
+def test_pytorch_training_loops_and_hugging_face_trainers_run_eager(spelling):
+    """Trainers that run the model's own modules as PyTorch does take the pytorch-fsdp preset:
+    its overlaps, and the Llama-style norms and rotary embeddings op by op."""
+    from meshplan.io.validation_cases import framework_name
+
+    assert framework_name(spelling) == "pytorch-fsdp"
+    eager = run_case(case(framework=spelling, model={**GOOD["model"], "ffn_type": "swiglu"}), 0)
+    fused = run_case(case(framework=spelling, compiled=True, model={**GOOD["model"], "ffn_type": "swiglu"}), 0)
+    assert eager.error is None and eager.note is None
+    assert eager.predicted_step_time_s > fused.predicted_step_time_s
+
+
 @pytest.mark.parametrize("spelling", ["dgx_h100", "DGX H100", "DGX-H100"])
 def test_a_cluster_id_with_other_punctuation_is_the_catalogs(spelling):
     expected = run_case(case(hardware__cluster="dgx-h100"), 0).predicted_step_time_s

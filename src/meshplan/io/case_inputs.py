@@ -35,13 +35,20 @@ def _get(case: dict, path: str, where: str):
 #: other spellings of the catalog's framework names (SCHEMA.md's list is open-ended): Megatron-Bridge
 #: runs Megatron-Core (the megatron-core preset is read from its performance recipes); mcore is
 #: Megatron-Core's own short name; llmfoundry is llm-foundry's package name and Composer its
-#: trainer (MosaicML's); FSDP runs of other trainers take PyTorch FSDP's defaults; Megatron-DeepSpeed and GPT-NeoX run
+#: trainer (MosaicML's); FSDP runs of other trainers take PyTorch FSDP's defaults, as do PyTorch's own
+#: training loops (DDP) and the trainers over them that run the model's modules eager (Hugging Face
+#: Transformers, Accelerate and TRL; LitGPT); Megatron-DeepSpeed and GPT-NeoX run
 #: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO); Megatron alone is the
 #: Megatron-LM repository and its command-line defaults (--overlap-grad-reduce and the like are opt-in)
 _FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-core", "mcore": "megatron-core",
                       "llmfoundry": "llm-foundry", "composer": "llm-foundry", "mosaicml": "llm-foundry",
                       "mosaicml-composer": "llm-foundry", "mosaicml-llm-foundry": "llm-foundry",
                       "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp", "pytorch-fsdp2": "pytorch-fsdp",
+                      "pytorch": "pytorch-fsdp", "pytorch-ddp": "pytorch-fsdp", "ddp": "pytorch-fsdp",
+                      "huggingface": "pytorch-fsdp", "hugging-face": "pytorch-fsdp", "hf": "pytorch-fsdp",
+                      "transformers": "pytorch-fsdp", "hf-transformers": "pytorch-fsdp", "huggingface-transformers": "pytorch-fsdp",
+                      "hugging-face-transformers": "pytorch-fsdp", "accelerate": "pytorch-fsdp", "hf-accelerate": "pytorch-fsdp",
+                      "huggingface-accelerate": "pytorch-fsdp", "trl": "pytorch-fsdp", "litgpt": "pytorch-fsdp", "lit-gpt": "pytorch-fsdp",
                       "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
 
 
