@@ -8,7 +8,9 @@ import copy
 import pytest
 
 import meshplan
+from meshplan.costs.costed import cost_program
 from meshplan.io.validation_cases import run_case
+from meshplan.parallel.program import build_program
 from meshplan.specs.model import TransformerModel
 from meshplan.workloads.ops import backward_work
 from meshplan.workloads.transformer import lower
@@ -66,6 +68,25 @@ def test_rotary_embeddings_rotate_the_queries_and_keys():
     assert backward_work(fused) == backward_work(eager) == 1.0
     assert fused.shard == "tp" and not fused.saved
     assert "rotary" not in _ops(GPT, eager=True)
+
+
+def test_eager_ops_take_the_host_several_dispatches():
+    """An eager RMSNorm issues 8 kernels and eager rotary embeddings 6, where the host's dispatch
+    is fitted per lowered op of 1.5 kernels: 5 and 4 ops' worth; fused ops one."""
+    fused, eager = _ops(LLAMA, eager=False), _ops(LLAMA, eager=True)
+    assert (eager["norm_attn"].launches, eager["rotary"].launches) == (5, 4)
+    assert {op.launches for op in fused.values()} == {1}
+
+
+def test_a_host_bound_eager_layer_waits_for_its_extra_dispatches():
+    """Llama 3 8B at tp 8 and 2048 tokens is held to its host's dispatch (HostDispatch): eager,
+    its two norms and rotary embeddings take 5 + 5 + 4 ops' dispatches for 3, each way."""
+    host = meshplan.catalog.efficiency("hopper").kernels.host
+    plan = dict(tp=8, dp=1, micro_batch_size=1, global_batch_size=1, seq_len=2048)
+    layer = {f: cost_program(build_program(meshplan.api.scenario("llama3-8b", "dgx-h100", plan, 8, fusion=f))).kinds["dense_layer"]
+             for f in ("fused", "eager")}
+    assert layer["eager"].forward_s - layer["fused"].forward_s == pytest.approx(11 * host.forward_s, rel=0.05)
+    assert layer["eager"].backward_s - layer["fused"].backward_s == pytest.approx(11 * host.backward_s, rel=0.05)
 
 
 def test_eager_ops_leave_fp8_casts_standalone():

@@ -266,16 +266,18 @@ def host_bound(times: dict[str, OpTimes], host: HostDispatch | None, issue: Issu
 
 
 def layer_issue(kind, plan, model, blocking_ep: tuple[float, float]) -> Issue | None:
-    """A layer kind's Issue under ``plan``: a GEMM per local expert (Plan.expert_gemms), the
+    """A layer kind's Issue under ``plan``: the ops PyTorch issues in several calls (Op.launches:
+    eager norms and rotary embeddings), a GEMM per local expert (Plan.expert_gemms), the
     dispatcher's sync before the first expert GEMM (Plan.moe_host_sync), and the expert
     all-to-alls ``blocking_ep`` (forward, backward seconds) where they block the compute stream.
-    None for a layer without routed experts."""
+    None for a layer issued one dispatch an op, without routed experts."""
+    launches = {op.op.name: op.op.launches for op in kind.ops if op.op.launches > 1}
     experts = [op.op.name for op in kind.ops if op.op.expert and op.op.kind == "matmul"]
     if not experts:
-        return None
+        return Issue(launches=launches) if launches else None
     local = max(1, model.moe.num_experts // plan.ep) if plan.expert_gemms == "per_expert" else 1
     return Issue(
-        launches={name: local for name in experts} if local > 1 else {},
+        launches={**launches, **({name: local for name in experts} if local > 1 else {})},
         experts=(experts[0], experts[-1]),
         sync=plan.moe_host_sync,
         comm_forward_s=blocking_ep[0],

@@ -82,6 +82,9 @@ class Op:
     # elementwise ops: the backward's bytes over the forward's (COMET Table 1's 2, or the op's
     # own count: a rotary embedding's backward moves what its forward does)
     backward_scale: float = 2.0
+    # what the host takes to issue it, each way, in lowered ops' dispatches (an eager composite
+    # op: several; costs.costed.host_bound holds the GPU to them)
+    launches: int = 1
     # a GEMM that FP8/FP4 training runs in low precision, keeping its saved input quantized:
     # every linear layer of the decoder; the embedding, output layer and MoE router stay 16-bit
     # (DeepSeek-V3 report, Sec. 3.3; Megatron-Core builds the output layer outside Transformer
