@@ -40,7 +40,7 @@ def test_a_fused_norm_reads_and_writes_once_and_keeps_its_input():
     assert [s.bytes for s in norm.saved] == [2.0 * T * H]
 
 
-def test_an_eager_rmsnorm_moves_what_its_seven_kernels_move():
+def test_an_eager_rmsnorm_moves_what_its_kernels_move():
     """bf16: cast up 2+4, square 4+4, mean 4, scale 4+4, cast down 4+2, weight 2+2 = 36 bytes a
     value; backward 92; it keeps the fp32 input and the bf16 output before the weight."""
     ops = _ops(LLAMA, eager=True)

@@ -32,7 +32,8 @@ def _norm(name: str, tokens: float, width: float, act_bytes: float, model: Trans
     kernels, torch.compile; PyTorch's own LayerNorm kernel): one pass reading the input and
     writing the output, keeping the input. An RMSNorm that runs eager as the reference Llama code
     writes it (Meta's llama and torchtitan's RMSNorm, Hugging Face's LlamaRMSNorm, PyTorch's
-    composite rms_norm before its fused kernel) is seven kernels in fp32 opmath: the cast up, the
+    composite rms_norm before its fused kernel) is eight kernels in fp32 opmath, six of them over
+    the whole tensor (the epsilon's add and the rsqrt touch a value per row): the cast up, the
     square, the mean, the scaling, the cast down and the weight, moving 28 + 4a bytes per value
     of a-byte activations (36 in bf16); autograd's backward through them moves 76 + 8a (92):
     the weight's two products and reduction (6a), the two casts back (2a + 8), the scaling's two
