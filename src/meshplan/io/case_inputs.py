@@ -125,13 +125,10 @@ def _fusion(case: dict, par: dict, where: str) -> str | None:
                 raise MeshplanError(f"{where}.{key}", value, "true or false: whether the run's model ran under torch.compile")
             return "fused" if flag else "eager"
     framework = case.get("framework")
-    if isinstance(framework, str) and len(_qualifiers(framework)) > 1:  # "torchtitan (torch.compile)"
-        said = " ".join(_qualifiers(framework)[1:]).lower()
-        if re.search(r"\b(no|without)[ -]+(torch\.)?compile", said) or re.search(r"\beager\b", said):
-            return "eager"
-        if "compile" in said:
-            return "fused"
-    return None
+    said = " ".join(_qualifiers(framework)[1:]).lower() if isinstance(framework, str) else ""  # "torchtitan (torch.compile)"
+    if re.search(r"\b(no|without)[ -]+(torch\.)?compile|\beager\b", said):
+        return "eager"
+    return "fused" if "compile" in said else None
 
 
 #: sharding strategies as PyTorch FSDP (ShardingStrategy), fms-fsdp and Accelerate name them
