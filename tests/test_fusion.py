@@ -137,6 +137,8 @@ def test_framework_presets_say_how_their_runs_fuse():
     assert fusion == {"pytorch-fsdp": "eager", "llm-foundry": "eager", "torchtitan": "fused", "megatron-core": "fused",
                       "nemo": "fused", "deepspeed": "fused"}
     assert meshplan.api.scenario("llama3-8b", "dgx-h100", PLAN, 8, framework="torchtitan", fusion="eager").plan.fusion == "eager"
+    # and their attention is SDPA's FlashAttention-2, as torchtitan's
+    assert meshplan.api.scenario("llama3-8b", "dgx-h100", PLAN, 8, framework="pytorch-fsdp").plan.attention_kernel == "flash2"
 
 
 CASE = {
