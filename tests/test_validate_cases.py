@@ -11,6 +11,7 @@ import yaml
 
 from cli_runner import run_cli
 from meshplan.io.validation_cases import run_case, summarize, validate
+from meshplan.specs.model import TransformerModel
 
 CASES = Path(__file__).resolve().parents[2] / "shared" / "validation" / "public-cases.yaml"
 
@@ -580,3 +581,36 @@ def test_a_case_may_say_it_sharded_within_nodes(monkeypatch, changes, stage, sha
 def test_an_unknown_sharding_strategy_is_refused_naming_it():
     result = run_case(case(parallelism__sharding_strategy="HALF_SHARD"), 0)
     assert result.error.startswith("sc21_1p7b.sharding_strategy") and "HYBRID_SHARD" in result.error
+
+
+@pytest.mark.parametrize("extra, norm, rotary", [
+    ({}, "rmsnorm", True),
+    ({"norm": "LayerNorm"}, "layernorm", True),
+    ({"position_embedding_type": "alibi"}, "rmsnorm", False),
+    ({"pos_emb": "rotary", "norm": "rms_norm"}, "rmsnorm", True),
+    ({"rotary": False}, "rmsnorm", False),
+])
+def test_a_case_may_say_its_norm_and_positions(monkeypatch, extra, norm, rotary):
+    """A gated-FFN model has RMSNorm and rotary embeddings unless the case says otherwise, as
+    configs write it (norm; rotary; position_embedding_type, pos_emb)."""
+    from meshplan import api
+
+    seen = {}
+    real = api.estimate
+
+    def spy(**inputs):
+        seen.update(inputs["model"])
+        return real(**inputs)
+
+    monkeypatch.setattr(api, "estimate", spy)
+    result = run_case(case(model={**GOOD["model"], "ffn_type": "swiglu", **extra}), 0)
+    assert result.error is None
+    model = TransformerModel(**seen)
+    assert (model.norm, model.rotary) == (norm, rotary)
+
+
+@pytest.mark.parametrize("extra, field", [({"norm": "batchnorm"}, "model.norm"), ({"pos_emb": "xpos"}, "model.pos_emb"),
+                                          ({"rotary": "maybe"}, "model.rotary")])
+def test_an_unknown_norm_or_position_is_refused_naming_it(extra, field):
+    result = run_case(case(model={**GOOD["model"], **extra}), 0)
+    assert result.error.startswith(f"sc21_1p7b.{field}")

@@ -169,6 +169,34 @@ def _sharding(case: dict, par: dict, plan: dict, where: str) -> None:
         plan["zero_shard_size"] = NODE
 
 
+#: a case's norm and positions, as configs write them (SCHEMA.md keeps extra keys; keyed by
+#: name_key): the norm by name (Hugging Face's rms_norm_eps names RMSNorm), the positions by kind
+#: (Hugging Face's position_embedding_type, GPT-NeoX's pos_emb): rotary, or learned, ALiBi or none
+_NORMS = {"rmsnorm": "rmsnorm", "layernorm": "layernorm"}
+_POSITIONS = {"rope": True, "rotary": True, "learned": False, "absolute": False, "alibi": False, "none": False}
+_POSITION_KEYS = ("position_embedding", "position_embedding_type", "pos_emb", "positional_encoding")
+
+
+def _architecture(model: dict, where: str) -> dict:
+    """The model's ``norm`` and ``rotary`` where the case says them; otherwise they follow its FFN
+    (specs.model.family_defaults) or the catalog model it names."""
+    out = {}
+    if model.get("norm") is not None:
+        norm = _NORMS.get(name_key(model["norm"])) if isinstance(model["norm"], str) else None
+        if norm is None:
+            raise MeshplanError(f"{where}.model.norm", model["norm"], "rmsnorm or layernorm")
+        out["norm"] = norm
+    said = [(k, model[k]) for k in ("rotary", *_POSITION_KEYS) if model.get(k) is not None]
+    if said:
+        key, value = said[0]
+        rotary = value if key == "rotary" else (_POSITIONS.get(name_key(value)) if isinstance(value, str) else None)
+        if not isinstance(rotary, bool):
+            valid = "true or false" if key == "rotary" else "rope (rotary), learned, absolute, alibi or none"
+            raise MeshplanError(f"{where}.model.{key}", value, valid)
+        out["rotary"] = rotary
+    return out
+
+
 def _zero_stage(value) -> bool:
     """Whether ``value`` is a ZeRO stage as the schema writes one, 0 to 3 (another is left for
     the plan's validation to name, not overridden)."""
@@ -261,6 +289,7 @@ def case_inputs(case: dict, where: str) -> dict:
     model_data = {k: model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
     if isinstance(model_data.get("ffn_type"), str):
         model_data["ffn_type"] = _FFN_TYPES.get(name_key(model_data["ffn_type"]), _word(model_data["ffn_type"]))
+    model_data.update(_architecture(model, where))
     model_data["id"] = str(case.get("id", "case"))
     model_data["name"] = str(model.get("name", ""))
     if _word(model.get("arch")) == "moe":  # SCHEMA.md's moe block: experts, top_k, expert FFN, shared, leading dense
