@@ -188,3 +188,60 @@ def test_a_qualified_framework_name_still_picks_its_preset(framework, preset):
     from meshplan.io.case_inputs import framework_name
 
     assert framework_name(framework) == preset
+
+
+def _dispatched_bytes(fn, x) -> tuple[float, float]:
+    """Bytes per value of ``x`` that PyTorch's eager kernels read and write for ``fn(x)`` and its
+    backward, counted as the dispatcher sees them: each op's tensor inputs and outputs once, a
+    broadcast input at its own size, views free."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def size(t) -> int:
+        return min(t.numel(), t.untyped_storage().nbytes() // t.element_size()) * t.element_size()
+
+    class Count(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not func._schema.returns or not any(r.alias_info for r in func._schema.returns):  # views move nothing
+                tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+                self.total += sum(size(t) for t in tensors)
+            return out
+
+    y = fn(x)
+    grad = torch.randn_like(y)
+    with Count() as forward:
+        y = fn(x)
+    with Count() as backward:
+        y.backward(grad)
+    return forward.total / x.numel(), backward.total / x.numel()
+
+
+def test_the_eager_counts_are_what_pytorch_dispatches():
+    """torchtitan's RMSNorm and rotary embeddings (models/llama at 6b03ffa3, the reference Llama
+    code) run on the CPU under a dispatch mode that counts every kernel's tensors: 36 and 92 bytes
+    per bf16 value for the norm, 20 each way for the rotary embedding (its angles, shared by the
+    heads, read once per position)."""
+    torch = pytest.importorskip("torch")
+    x = torch.randn(64, 1024, dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.ones(1024, dtype=torch.bfloat16, requires_grad=True)
+
+    def rmsnorm(x):
+        up = x.float()
+        return (up * torch.rsqrt(up.pow(2).mean(-1, keepdim=True) + 1e-6)).type_as(x) * weight
+
+    forward, backward = _dispatched_bytes(rmsnorm, x)
+    assert forward == pytest.approx(36.0, abs=0.5) and backward == pytest.approx(92.0, abs=0.5)
+
+    q = torch.randn(1, 64, 32, 128, dtype=torch.bfloat16, requires_grad=True)  # 32 heads of 128
+    angles = torch.polar(torch.ones(64, 64), torch.randn(64, 64)).view(1, 64, 1, 64)
+
+    def rotary(q):
+        pairs = torch.view_as_complex(q.float().reshape(*q.shape[:-1], -1, 2))
+        return torch.view_as_real(pairs * angles).flatten(3).type_as(q)
+
+    forward, backward = _dispatched_bytes(rotary, q)
+    assert forward == pytest.approx(20.0, abs=0.5) and backward == pytest.approx(20.0, abs=0.5)
