@@ -39,6 +39,23 @@ def case(**changes) -> dict:
     return out
 
 
+@pytest.fixture
+def estimated(monkeypatch) -> dict:
+    """What validate passed meshplan.estimate for the last case run."""
+    from meshplan import api
+
+    seen: dict = {}
+    real = api.estimate
+
+    def spy(**inputs):
+        seen.clear()
+        seen.update(inputs)
+        return real(**inputs)
+
+    monkeypatch.setattr(api, "estimate", spy)
+    return seen
+
+
 def write(tmp_path, cases) -> Path:
     path = tmp_path / "cases.yaml"
     path.write_text(yaml.safe_dump(cases))
@@ -560,22 +577,13 @@ def test_free_text_dlrm_interaction_as_schema_allows():
     ({"framework": "PyTorch FSDP (HSDP)"}, 3, 8),
     ({"framework": "PyTorch FSDP, hybrid_shard", "parallelism__zero_stage": 3}, 3, 8),
 ])
-def test_a_case_may_say_it_sharded_within_nodes(monkeypatch, changes, stage, shard):
+def test_a_case_may_say_it_sharded_within_nodes(estimated, changes, stage, shard):
     """PyTorch FSDP's strategies by name (HYBRID_SHARD, fms-fsdp's hsdp: shards inside each node
     of 8, replicas across), Plan.zero_shard_size, or torchtitan's shard and replicate degrees."""
-    from meshplan import api
-
-    seen = {}
-    real = api.estimate
-
-    def spy(**inputs):
-        seen.update(inputs["plan"])
-        return real(**inputs)
-
-    monkeypatch.setattr(api, "estimate", spy)
     result = run_case(case(**changes), 0)
     assert result.error is None
-    assert seen["zero_stage"] == stage and seen.get("zero_shard_size") == shard
+    plan = estimated["plan"]
+    assert plan["zero_stage"] == stage and plan.get("zero_shard_size") == shard
 
 
 def test_an_unknown_sharding_strategy_is_refused_naming_it():
@@ -590,22 +598,12 @@ def test_an_unknown_sharding_strategy_is_refused_naming_it():
     ({"pos_emb": "rotary", "norm": "rms_norm"}, "rmsnorm", True),
     ({"rotary": False}, "rmsnorm", False),
 ])
-def test_a_case_may_say_its_norm_and_positions(monkeypatch, extra, norm, rotary):
+def test_a_case_may_say_its_norm_and_positions(estimated, extra, norm, rotary):
     """A gated-FFN model has RMSNorm and rotary embeddings unless the case says otherwise, as
     configs write it (norm; rotary; position_embedding_type, pos_emb)."""
-    from meshplan import api
-
-    seen = {}
-    real = api.estimate
-
-    def spy(**inputs):
-        seen.update(inputs["model"])
-        return real(**inputs)
-
-    monkeypatch.setattr(api, "estimate", spy)
     result = run_case(case(model={**GOOD["model"], "ffn_type": "swiglu", **extra}), 0)
     assert result.error is None
-    model = TransformerModel(**seen)
+    model = TransformerModel(**estimated["model"])
     assert (model.norm, model.rotary) == (norm, rotary)
 
 
