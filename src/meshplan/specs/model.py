@@ -18,13 +18,13 @@ BLOCK_KINDS = ("layer", "attention", "mlp")
 
 #: weight matrices in the FFN of each type: 2 (up, down) or 3 (gate, up, down)
 FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3, "geglu": 3}
-GATED_FFNS = ("swiglu", "geglu")
 
 
 def family_defaults(ffn_type) -> dict:
     """The norm and positions of the published decoders with this FFN (TransformerModel.norm):
-    RMSNorm and rotary embeddings with a gated FFN, LayerNorm and learned positions otherwise."""
-    gated = ffn_type in GATED_FFNS
+    RMSNorm and rotary embeddings with a gated FFN (three matrices), LayerNorm and learned
+    positions otherwise."""
+    gated = isinstance(ffn_type, str) and FFN_MATRICES.get(ffn_type) == 3
     return {"norm": "rmsnorm" if gated else "layernorm", "rotary": gated}
 
 
