@@ -612,3 +612,15 @@ def test_a_case_may_say_its_norm_and_positions(estimated, extra, norm, rotary):
 def test_an_unknown_norm_or_position_is_refused_naming_it(extra, field):
     result = run_case(case(model={**GOOD["model"], **extra}), 0)
     assert result.error.startswith(f"sc21_1p7b.{field}")
+
+
+@pytest.mark.parametrize("key", ["fused_loss", "cross_entropy_loss_fusion"])
+def test_a_case_may_say_its_loss_was_fused(estimated, key):
+    """Megatron-Core's cross_entropy_loss_fusion (a recipe switch) or the plan's own name: one
+    kernel over the 16-bit logits instead of PyTorch's fp32 passes, so a faster step."""
+    unfused = run_case(case(), 0)
+    fused = run_case(case(**{f"parallelism__{key}": True}), 0)
+    assert estimated["plan"]["fused_loss"] is True
+    assert fused.predicted_step_time_s < unfused.predicted_step_time_s
+    bad = run_case(case(**{f"parallelism__{key}": "sometimes"}), 0)
+    assert bad.error.startswith("sc21_1p7b.plan.fused_loss")

@@ -373,6 +373,9 @@ def case_inputs(case: dict, where: str) -> dict:
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
         plan["cuda_graphs"] = _word(graphs)
+    fused_loss = _option(par, "fused_loss", par.get("cross_entropy_loss_fusion"))
+    if fused_loss is not None:  # the loss as one fused kernel (Megatron-Core's name too)
+        plan["fused_loss"] = fused_loss
     _sharding(case, par, plan, where)
     fusion = _fusion(case, par, where)
     if fusion is not None:  # its norms and rotary embeddings fused (torch.compile) or eager
