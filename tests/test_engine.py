@@ -72,6 +72,18 @@ def test_tensor_parallel_backward(mode, slowdown, expected):
     assert schedule_pass(p).time_s == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("regather, slowdown, expected", [(0.0, 0.0, 16.0), (2.0, 0.0, 16.0), (10.0, 0.0, 20.0),
+                                                           (2.0, 0.5, 18.0)])
+def test_sequence_parallel_input_gathered_again_beside_the_backward(regather, slowdown, expected):
+    """One GEMM per layer, backward 8 s (input 3, weight 5), whose weight gradient needs its
+    sequence-parallel input gathered again. A 2 s gather [0,2] hides beside the backward [0,8]:
+    8 per layer, 16. A 10 s gather holds the layer to 10: 20. Slowdown 0.5 costs the compute
+    stream 0.5 x 2 = 1 per layer: 18."""
+    h = half("h", [op("gemm", 4, 8, 5, "matmul")], regather_s=regather)
+    p = backward_pass("b", two_layers(h), None, None, no_dp(), overlap(slowdown=slowdown), False, True)
+    assert schedule_pass(p).time_s == pytest.approx(expected, rel=1e-12)
+
+
 def test_tensor_parallel_forward_pipelined():
     """Two GEMMs of 4 s; all-gather 3 s before, reduce-scatter 3 s after, in 4 chunks: each
     takes max(4, 3 + 1) = 4, so the layer is 8 s instead of 14."""
@@ -306,6 +318,28 @@ def test_composed_estimate_equals_unrolled_layers():
 
 NOTHING_OVERLAPS = dict(overlap_grad_reduce=False, overlap_param_gather=False, tp_overlap="none", cp_overlap=False,
                         ep_overlap="none", overlap_p2p=False)
+
+
+@pytest.mark.parametrize("mode", ["none", "bulk", "pipelined"])
+def test_megatron_gathers_the_sequence_parallel_input_again_and_dtensor_keeps_it(mode):
+    """Megatron's and Transformer Engine's sequence-parallel GEMMs keep their input's shard and
+    gather it again for the weight gradient: one more all-gather per half in backward, the size
+    of the forward's (the layers' only: the logits' gather is not counted), beside the backward
+    and so costing it only its contention; torchtitan's DTensor plan keeps the gathered input."""
+    plan = dict(num_devices=8, tp=8, sequence_parallel=True, global_batch_size=8, micro_batch_size=1, seq_len=4096,
+                tp_overlap=mode)
+    on = meshplan.estimate("llama3-8b", "dgx-h100", **plan)
+    off = meshplan.estimate("llama3-8b", "dgx-h100", **plan, sp_regather=False)
+    gathered = on.collectives["all_gather"]["serialized_s"] - off.collectives["all_gather"]["serialized_s"]
+    forward_gathers = on.collectives["all_gather"]["serialized_s"] / 3.0  # forward, its backward mirror, again
+    assert gathered == pytest.approx(forward_gathers, rel=0.05)
+    assert off.step_time_s < on.step_time_s < off.step_time_s + gathered
+    titan = [meshplan.estimate("llama3-8b", "dgx-h100", **plan, framework="torchtitan", **regather).step_time_s
+             for regather in ({}, {"sp_regather": False})]
+    assert titan[0] == titan[1]
+    no_sp = {k: v for k, v in plan.items() if k != "sequence_parallel"}
+    assert meshplan.estimate("llama3-8b", "dgx-h100", **no_sp).step_time_s == \
+        meshplan.estimate("llama3-8b", "dgx-h100", **no_sp, sp_regather=False).step_time_s
 
 
 @pytest.mark.parametrize("mode", ["bulk", "pipelined"])

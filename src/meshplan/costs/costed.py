@@ -292,6 +292,8 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         ops = cap(ops, kind.ops)
     tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
     tp_bwd = sum(comm_s(c, backward=True) for c in kind.tp_comms)
+    if plan is not None and plan.sp_regather:  # the sequence-parallel inputs gathered again (Plan.sp_regather)
+        tp_bwd += sum(comm_s(c) for c in kind.tp_comms if c.kind == "all_gather")
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
     ep_bwd = sum(comm_s(c, backward=True) for c in kind.ep_comms)
     blocking = (ep_fwd, ep_bwd) if plan is not None and plan.ep_overlap == "none" else (0.0, 0.0)

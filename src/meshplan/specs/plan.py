@@ -118,6 +118,12 @@ class Plan(Spec):
     # None: whole layers, the one in use and the one prefetched (FSDP wraps each block)
     zero3_live_params: float | None = Field(default=None, gt=0)
     tp_overlap: TPOverlap = "none"  # tensor-parallel collectives: blocking, bulk (backward), pipelined
+    # sequence parallelism keeps each half's first GEMM input as its shard and all-gathers it
+    # again in backward for the weight gradient, beside the input gradient (Korthikanti et al.
+    # 2022, Sec. 4.2.2; Megatron's LinearWithGradAccumulationAndAsyncCommunication, Transformer
+    # Engine's LayerNormLinear, whose userbuffers run it as the bulk qkv_dgrad / fc1_dgrad
+    # overlap); False: autograd keeps the gathered input (PyTorch DTensor's SequenceParallel)
+    sp_regather: bool = True
     cp_overlap: bool = True  # ring attention: the next K/V block arrives while this one is computed
     ep_overlap: EPOverlap = "none"  # expert all-to-all blocking, or beside another micro-batch's compute
     # tokens to experts: one copy per (token, expert) pair, or once per node and GPU with NVLink

@@ -58,6 +58,8 @@ def by_collective(costed: CostedProgram, role_index: int, micro_batches: int, ex
             add(comm.axis, comm.kind, micro_batches * layers * comm_s(comm))
             backward = (layers - frozen) * comm_s(comm, backward=True)
             add(comm.axis, BACKWARD_OF[comm.kind], micro_batches * backward)
+            if s.plan.sp_regather and comm.axis == "tp" and comm.kind == "all_gather":  # Plan.sp_regather
+                add(comm.axis, comm.kind, micro_batches * (layers - frozen) * comm_s(comm))
             if full and comm.axis in ("tp", "ep"):
                 add(comm.axis, comm.kind, micro_batches * (layers - frozen) * comm_s(comm))
     for comm in (*role.head_comms, *role.tail_comms):

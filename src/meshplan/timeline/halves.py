@@ -49,6 +49,9 @@ class Half:
     recompute: tuple[tuple[str, float], ...] = ()  # (op, share of its forward) re-run in backward (selective recompute)
     params: float = 0.0  # trainable weights on this device (head and tail; layers carry theirs in Layer)
     reduce_kind: str = "reduce_scatter"  # the closing collective: reduce_scatter (sequence parallel) or all_reduce
+    # backward all-gather of the sequence-parallel input the first GEMM's weight gradient needs
+    # (Plan.sp_regather), beside that GEMM's backward
+    regather_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,11 @@ def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, ...]:
     ops = _ops(kind.ops, times.ops)
     split = next((i for i, op in enumerate(ops) if op.name == "residual_attn"), None)
     sp = any(c.kind == "all_gather" for c in kind.tp_comms)
+    regather = 0.0
     if sp:
         open_s, close_s = _per(kind.tp_comms, "all_gather"), _per(kind.tp_comms, "reduce_scatter")
         open_back, close_back = _per(kind.tp_comms, "reduce_scatter", True), _per(kind.tp_comms, "all_gather", True)
+        regather = open_s if plan.sp_regather else 0.0
     else:  # all-reduce after each half, and its mirror at the end of the half's backward
         open_s = open_back = 0.0
         close_s, close_back = _per(kind.tp_comms, "all_reduce"), _per(kind.tp_comms, "all_reduce", True)
@@ -107,12 +112,12 @@ def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, ...]:
     reduce_kind = "reduce_scatter" if sp or not kind.tp_comms else "all_reduce"
     if split is None:
         return (Half(kind_name, ops, open_s, close_s, open_back, close_back, tp, cp_s=cp_fwd, cp_back_s=cp_bwd,
-                     cp_chunks=plan.cp, recompute=selective, reduce_kind=reduce_kind),)
+                     cp_chunks=plan.cp, recompute=selective, reduce_kind=reduce_kind, regather_s=regather),)
     split += 1
     attention = Half("attn", ops[:split], open_s, close_s, open_back, close_back, tp, cp_s=cp_fwd, cp_back_s=cp_bwd,
-                     cp_chunks=plan.cp, recompute=selective, reduce_kind=reduce_kind)
+                     cp_chunks=plan.cp, recompute=selective, reduce_kind=reduce_kind, regather_s=regather)
     ffn = Half("ffn", ops[split:], open_s, close_s, open_back, close_back, tp, dispatch_s=a2a, recompute=selective,
-               reduce_kind=reduce_kind)
+               reduce_kind=reduce_kind, regather_s=regather)
     return attention, ffn
 
 
@@ -182,6 +187,11 @@ class TaskBuilder:
         self.tasks.append(collective(name, axis, seconds, deps, kind, self.overlap.stream(axis)))
         self.hidden.add(name)
         return name
+
+    def join(self, task: str) -> None:
+        """The chain goes on once ``task`` (a collective beside it) is done as well."""
+        self.tasks.append(Task(self._name("join"), "compute", (), (task,), "join"))
+        self.last = self.tasks[-1].name
 
     def pipelined(self, label: str, axis: str, comm: float, work: float, chunks: int, kind: str) -> None:
         """A collective pipelined with ``work`` seconds of compute in ``chunks`` steps: one
@@ -312,6 +322,9 @@ def backward_half(b: TaskBuilder, h: Half, weights: bool = True) -> None:
             deferred += own_weight
             own_weight = 0.0
         seconds = op.times.input_s + own_weight
+        gather = None
+        if i == first and h.regather_s > 0 and weights and op.times.weight_s > 0:  # its weight gradient's input, gathered again
+            gather = b.beside(f"{h.name}.regather", "tp", h.regather_s, (b.last,), "all_gather")
         if op.kind == "attention" and h.cp_back_s > 0:
             if b.overlap.cp:
                 b.pipelined(f"{op.name}.back", "cp", h.cp_back_s, seconds, h.cp_chunks, op.kind)
@@ -324,6 +337,12 @@ def backward_half(b: TaskBuilder, h: Half, weights: bool = True) -> None:
             b.pipelined(f"{op.name}.back", "tp", h.close_back_s, seconds, h.tp_chunks, op.kind)
         else:
             b.work(f"{op.name}.back", seconds, op.kind)
+        if gather is not None:
+            # the GEMM's backward needs the gathered input; where the gather runs longer than
+            # the input gradient beside it, the weight gradient waits, and what follows with it
+            # (taken here as waiting at the GEMM's end: the same wherever the gather is the
+            # shorter, as it is beside the GEMMs of a layer)
+            b.join(gather)
         if experts and i == experts[0]:
             b.blocking(f"{h.name}.dispatch_back", "ep", h.dispatch_s, "all_to_all")
     if close_pipelined:
@@ -333,8 +352,7 @@ def backward_half(b: TaskBuilder, h: Half, weights: bool = True) -> None:
         closing = b.beside(f"{h.name}.close_back", "tp", h.close_back_s, (gradient,), h.reduce_kind)
         b.work(f"{h.name}.weight_grads", deferred, "matmul")
         # the next half needs both the reduced input gradient and a free compute stream
-        b.tasks.append(Task(b._name("join"), "compute", (), (closing,), "join"))
-        b.last = b.tasks[-1].name
+        b.join(closing)
     else:
         b.blocking(f"{h.name}.close_back", "tp", h.close_back_s, h.reduce_kind)
 
