@@ -98,6 +98,12 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline
     return OpTimes(float(fwd), float(roof.memory_s(backward_work(op.op) * op.bytes, memory_class)))
 
 
+def regathered(comm: Comm, plan) -> bool:
+    """Whether backward gathers ``comm``'s input again (Plan.sp_regather: a tensor-parallel
+    all-gather of a sequence-parallel input)."""
+    return plan.sp_regather and comm.axis == "tp" and comm.kind == "all_gather"
+
+
 def comm_s(comm: Comm, backward: bool = False) -> float:
     """Seconds of ``comm`` (of its backward with ``backward``), with the plan's forced algorithm."""
     kind = BACKWARD_OF[comm.kind] if backward else comm.kind
@@ -292,8 +298,8 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         ops = cap(ops, kind.ops)
     tp_fwd = sum(comm_s(c) for c in kind.tp_comms)
     tp_bwd = sum(comm_s(c, backward=True) for c in kind.tp_comms)
-    if plan is not None and plan.sp_regather:  # the sequence-parallel inputs gathered again (Plan.sp_regather)
-        tp_bwd += sum(comm_s(c) for c in kind.tp_comms if c.kind == "all_gather")
+    if plan is not None:
+        tp_bwd += sum(comm_s(c) for c in kind.tp_comms if regathered(c, plan))
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
     ep_bwd = sum(comm_s(c, backward=True) for c in kind.ep_comms)
     blocking = (ep_fwd, ep_bwd) if plan is not None and plan.ep_overlap == "none" else (0.0, 0.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from meshplan.costs.costed import BACKWARD_OF, CostedProgram, comm_s
+from meshplan.costs.costed import BACKWARD_OF, CostedProgram, comm_s, regathered
 from meshplan.units import difference
 from meshplan.workloads.ops import OP_KIND
 
@@ -58,7 +58,7 @@ def by_collective(costed: CostedProgram, role_index: int, micro_batches: int, ex
             add(comm.axis, comm.kind, micro_batches * layers * comm_s(comm))
             backward = (layers - frozen) * comm_s(comm, backward=True)
             add(comm.axis, BACKWARD_OF[comm.kind], micro_batches * backward)
-            if s.plan.sp_regather and comm.axis == "tp" and comm.kind == "all_gather":  # Plan.sp_regather
+            if regathered(comm, s.plan):
                 add(comm.axis, comm.kind, micro_batches * (layers - frozen) * comm_s(comm))
             if full and comm.axis in ("tp", "ep"):
                 add(comm.axis, comm.kind, micro_batches * (layers - frozen) * comm_s(comm))
