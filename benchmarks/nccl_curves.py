@@ -7,7 +7,8 @@ error over the sizes, and the sizes within 15%.
                                                   # NVLS_FILL_LOOPS (meshplan.network.algorithms)
     python benchmarks/nccl_curves.py --fit-p2p    # refit P2P_NVLINK_FRACTION
     python benchmarks/nccl_curves.py --fit-nvlink5  # refit the NVLink5 levels' efficiency
-    python benchmarks/nccl_curves.py --fit-launch   # refit LAUNCH_PER_GPU_S (meshplan.io.nccl_tests)
+    python benchmarks/nccl_curves.py --fit-launch   # refit LAUNCH_PER_GPU_S and LAUNCH_PER_CHANNEL_S
+                                                    # (meshplan.io.nccl_tests)
 
 The fit is least squares on the relative bus-bandwidth error of one 8x H100 node's NVLS
 all-reduce (h100-together-nvls) from 4 MiB up, where its one thread driving all 8 GPUs no longer
@@ -17,7 +18,8 @@ ratio of two slopes from 256 to 512 MiB of NVIDIA's 8x H100 alltoall_perf sweep
 B200 sweeps give theirs for comparison. The NVLink5 levels' efficiency is fitted the same way on
 the ring all-gather and reduce-scatter of NVIDIA's 8x B200 sweep (b200-aiconfigurator); GB200's
 and GB300's 4-GPU sweeps are held out. The launch time a GPU of a thread that drives several
-(nccl-tests -g) is the median time of that NVLS all-reduce up to 64 KiB over its 8 GPUs; its ring
+(nccl-tests -g), and what each channel of the call adds to it, are least squares over that NVLS
+all-reduce up to 1 MiB (time / 8 GPUs against the channels NCCL runs each size on); its ring
 runs, all-gathers and reduce-scatters, and SuperBench's 8x A100 node are held out.
 """
 
@@ -119,22 +121,29 @@ def fit_nvlink5() -> None:
         print(f"  held out: {system} 4 GPUs, three collectives >= 64M ({len(held)} sizes): median {np.median(e):.1%}, max {e.max():.1%}")
 
 
-#: the sizes whose time is the launches alone: the model's collective takes under half of it
-LAUNCH_LARGEST = 64 << 10
+#: the sizes whose time is the launches alone: the model's collective takes under 70% of it
+LAUNCH_LARGEST = 1 << 20
 
 
 def fit_launch() -> None:
-    """LAUNCH_PER_GPU_S: the median time of Together AI's NVLS all-reduce up to 64 KiB (one thread
-    launching each call on all 8 GPUs, nccl-tests -g 8) over its 8 GPUs."""
+    """LAUNCH_PER_GPU_S and LAUNCH_PER_CHANNEL_S: least squares of the time of Together AI's NVLS
+    all-reduce up to 1 MiB (one thread launching each call on all 8 GPUs, nccl-tests -g 8) over
+    its 8 GPUs, against the channels beyond the first that NCCL runs each size on."""
+    from meshplan.costs.collectives import group_span
     from meshplan.io import nccl_tests
 
     rows = [r for r in curve_points() if r["system"] == FIT_SYSTEM and r["collective"] == "all_reduce"
             and float(r["size_bytes"]) <= LAUNCH_LARGEST]
-    times = [float(r["time_us"]) for r in rows]
-    per_gpu = float(np.median(times)) * 1e-6 / int(rows[0]["gpus_per_thread"])
-    print(f"fitted on {FIT_SYSTEM} all_reduce <= {_size(LAUNCH_LARGEST)} ({len(rows)} sizes, {min(times):.1f}-"
-          f"{max(times):.1f} us, median {np.median(times):.1f}): LAUNCH_PER_GPU_S {per_gpu * 1e6:.2f} us")
-    nccl_tests.LAUNCH_PER_GPU_S = per_gpu
+    span = group_span(catalog.cluster("dgx-h100"), 8, 1)
+    channels = []
+    for r in rows:
+        name, protocol, _ = tuner.choose("all_reduce", float(r["size_bytes"]), span)
+        channels.append(algorithms.nccl_channels(float(r["size_bytes"]), span, name, protocol) - 1)
+    per_gpu = np.array([float(r["time_us"]) * 1e-6 / int(r["gpus_per_thread"]) for r in rows])
+    (per_channel, base), *_ = np.linalg.lstsq(np.column_stack([channels, np.ones(len(rows))]), per_gpu, rcond=None)
+    print(f"fitted on {FIT_SYSTEM} all_reduce <= {_size(LAUNCH_LARGEST)} ({len(rows)} sizes, 1-{max(channels) + 1} "
+          f"channels): LAUNCH_PER_GPU_S {base * 1e6:.2f} us, LAUNCH_PER_CHANNEL_S {per_channel * 1e9:.1f} ns")
+    nccl_tests.LAUNCH_PER_GPU_S, nccl_tests.LAUNCH_PER_CHANNEL_S = float(base), float(per_channel)
     for system in ("h100-together-nvls", "h100-together-ring", "a100-40g-superbench"):
         for kind in ("all_reduce", "all_gather", "reduce_scatter"):
             if (system, kind) == (FIT_SYSTEM, "all_reduce"):

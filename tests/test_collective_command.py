@@ -12,7 +12,7 @@ from cli_runner import run_cli
 from meshplan import catalog
 from meshplan.costs.collectives import collective_s, group_span
 from meshplan.errors import MeshplanError
-from meshplan.io.nccl_tests import LAUNCH_PER_GPU_S, read_nccl_tests
+from meshplan.io.nccl_tests import LAUNCH_PER_CHANNEL_S, LAUNCH_PER_GPU_S, read_nccl_tests
 
 #: all_reduce and all_gather on one 8x H100 node, 32 MiB - 16 GiB (xxrjun/nccl-tests-cluster)
 LOG = Path(__file__).parent / "data" / "nccl_tests_h100_node.log"
@@ -130,9 +130,10 @@ OLD_ALLTOALL = ["#       size         count    type   redop     time   algbw   b
                 "  8589934592     268435456   float            33508  256.36  224.31    N/A    33234  258.47  226.16    N/A"]
 
 
-@pytest.mark.parametrize("rows, kind, first", [(OLD_GATHER, "all_gather", (1048576.0, 72.95e-6, 73.07e-6)),
-                                                 (OLD_ALLTOALL, "all_to_all", (32.0, 89.0e-6, 85.13e-6))])
-def test_reads_older_nccl_tests_logs_and_notes_one_thread_driving_every_gpu(tmp_path, monkeypatch, capsys, rows, kind, first):
+@pytest.mark.parametrize("rows, kind, first, channels", [(OLD_GATHER, "all_gather", (1048576.0, 72.95e-6, 73.07e-6), 24),
+                                                           (OLD_ALLTOALL, "all_to_all", (32.0, 89.0e-6, 85.13e-6), 1)])
+def test_reads_older_nccl_tests_logs_and_notes_one_thread_driving_every_gpu(tmp_path, monkeypatch, capsys, rows, kind, first,
+                                                                           channels):
     log = tmp_path / "old.log"
     log.write_text("\n".join([*OLD_HEADER, *rows]) + "\n")
     (test,) = read_nccl_tests(log)
@@ -142,9 +143,10 @@ def test_reads_older_nccl_tests_logs_and_notes_one_thread_driving_every_gpu(tmp_
     points = json.loads(out)
     assert code == 0 and [p["size_bytes"] for p in points] == [first[0], 8589934592]
     assert "note: one thread drove 8 GPUs (nccl-tests -g 8)" in err
-    # each call takes at least its 8 launches, and the error is against the longer of the two
+    # each call takes at least its 8 launches, on every channel (an all-gather of 1 MiB or more
+    # runs on all 24 of the A100 node's), and the error is against the longer of the two
     for p in points:
-        assert p["launch_floor_s"] == pytest.approx(8 * LAUNCH_PER_GPU_S)
+        assert p["launch_floor_s"] == pytest.approx(8 * (LAUNCH_PER_GPU_S + (channels - 1) * LAUNCH_PER_CHANNEL_S))
         assert p["timed_s"] == max(p["time_s"], p["launch_floor_s"])
         assert p["error"] == pytest.approx(p["measured_time_s"] / p["timed_s"] - 1.0)
     assert points[-1]["timed_s"] == points[-1]["time_s"]  # 8 GiB: the collective, not the launches
@@ -154,14 +156,19 @@ def test_reads_older_nccl_tests_logs_and_notes_one_thread_driving_every_gpu(tmp_
 
 
 def test_a_thread_driving_several_gpus_floors_each_call_at_their_launches():
-    """api.collective(gpus_per_thread=G): a small call is timed at G launches (4.43 us each), a
-    large one at the collective; one thread a GPU (the default) has no floor."""
+    """api.collective(gpus_per_thread=G): a small call is timed at G launches (4.44 us each on one
+    channel, 34.8 ns more a GPU for each further channel: an 8-GPU LL ring runs a channel per
+    32 KiB of buffer, all 24 from 768 KiB), a large one at the collective; one thread a GPU (the
+    default) has no floor."""
     from meshplan import api
 
-    small, large = api.collective("all_reduce", "dgx-h100", 8, [1024, 1 << 30], gpus_per_thread=8)
+    small, mid, large = api.collective("all_reduce", "dgx-h100", 8, [1024, 512 << 10, 1 << 30], gpus_per_thread=8)
     assert small.time_s < 20e-6 and small.timed_s == pytest.approx(8 * LAUNCH_PER_GPU_S)
+    assert (mid.algorithm, mid.protocol) == ("ring", "LL") and mid.time_s < 25e-6
+    assert mid.timed_s == pytest.approx(8 * (LAUNCH_PER_GPU_S + 15 * LAUNCH_PER_CHANNEL_S))  # 16 channels
     assert large.timed_s == large.time_s > 1e-3
-    assert [p.timed_s for p in api.collective("all_reduce", "dgx-h100", 8, [1024, 1 << 30])] == [small.time_s, large.time_s]
+    ungrouped = api.collective("all_reduce", "dgx-h100", 8, [1024, 512 << 10, 1 << 30])
+    assert [p.timed_s for p in ungrouped] == [small.time_s, mid.time_s, large.time_s]
 
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, "8"])

@@ -421,6 +421,4 @@ def collective(kind: str, cluster: str | Cluster | dict, devices: int, sizes, st
             field, value = ("algorithm", algorithm) if name != "auto" else ("protocol", protocol)
             raise MeshplanError(field, value, f"what runs {kind} over {devices} devices of {resolved.id} with protocol "
                                               f"{protocol}: {', '.join(usable) or 'nothing'}")
-    from meshplan.io.nccl_tests import launch_floor_s
-
-    return collective_curve(kind, span, sizes, name, protocol, measured, launch_floor_s(gpus_per_thread))
+    return collective_curve(kind, span, sizes, name, protocol, measured, gpus_per_thread)

@@ -41,7 +41,7 @@ def collective(
         curves.append(api.collective(kind, resolved, devices, size_sweep(sizes), 1 if stride is None else stride, algorithm, protocol))
     else:
         from meshplan.costs.collectives import CURVE_KINDS
-        from meshplan.io.nccl_tests import LAUNCH_PER_GPU_S, launch_floor_s, read_nccl_tests
+        from meshplan.io.nccl_tests import LAUNCH_PER_CHANNEL_S, LAUNCH_PER_GPU_S, launch_floor_s, read_nccl_tests
 
         skipped = []
         launched = set()  # GPUs one thread drove (nccl-tests -g), where more than one
@@ -71,8 +71,9 @@ def collective(
         for gpus in sorted(launched):
             console(stderr=True).print(
                 f"note: one thread drove {gpus} GPUs (nccl-tests -g {gpus}): a call takes at least its {gpus} launches, "
-                f"{launch_floor_s(gpus) * 1e6:.1f} us ({LAUNCH_PER_GPU_S * 1e6:.2f} us each, fitted on Together AI's "
-                f"8x H100 node); 'as timed' is the longer of that and the collective, and the error is against it")
+                f"{launch_floor_s(gpus) * 1e6:.1f} us on one channel ({LAUNCH_PER_GPU_S * 1e6:.2f} us each and "
+                f"{LAUNCH_PER_CHANNEL_S * 1e9:.0f} ns more a further channel, fitted on Together AI's 8x H100 node); "
+                f"'as timed' is the longer of that and the collective, and the error is against it")
     if as_json:
         typer.echo(json.dumps([p.as_dict() for curve in curves for p in curve], indent=2))
         return

@@ -155,15 +155,19 @@ class CollectivePoint:
 
 
 def collective_curve(kind: str, span: GroupSpan, sizes, algorithm: str = "auto", protocol: str = "auto",
-                     measured=None, launch_s: float = 0.0) -> list[CollectivePoint]:
+                     measured=None, gpus_per_thread: int = 1) -> list[CollectivePoint]:
     """The model's time of ``kind`` at each of ``sizes`` over ``span``, with the algorithm and
     protocol NCCL's tuner (or the forced pair) runs; ``measured`` seconds beside them; each call
-    at least ``launch_s`` where one thread launches it on several GPUs."""
+    at least its launches where one thread launched it on ``gpus_per_thread`` GPUs
+    (``meshplan.io.nccl_tests.launch_floor_s``, on the channels the call runs on)."""
+    from meshplan.io.nccl_tests import launch_floor_s
+    from meshplan.network.algorithms import nccl_channels
     from meshplan.network.tuner import choose
 
     times = measured if measured is not None else [None] * len(sizes)
     points = []
     for size, seconds_measured in zip(sizes, times):
         name, chosen, seconds = choose(kind, float(size), span, algorithm, protocol)
+        launch_s = launch_floor_s(gpus_per_thread, nccl_channels(float(size), span, name, chosen))
         points.append(CollectivePoint(kind, span.size, float(size), seconds, name, chosen, seconds_measured, launch_s))
     return points

@@ -16,8 +16,9 @@ GPUs each thread drove.
 Where one thread drives several GPUs (``-g G``), it launches each call on them one after
 another, and a GPU's kernel cannot finish before the last GPU's has started: with the launches
 of the next iteration queued behind, a run times max(collective, G launches) per call
-(``launch_floor_s``; below 4 MiB on 8 H100s, 35 us whatever the size, where one rank per GPU
-takes 10-15 us).
+(``launch_floor_s``). A launch takes longer the more channels (thread blocks) NCCL runs the call
+on, and NCCL adds channels as the buffer grows: on 8 H100s a call below 4 MiB takes 35 us on one
+channel and 41-43 us on all 24, where one rank per GPU takes 10-34 us.
 """
 
 from __future__ import annotations
@@ -38,18 +39,23 @@ _RANK = re.compile(r"^#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)
 _THREADS = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+(\d+)")
 _NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
 
-#: seconds one thread takes to launch a collective on one more GPU: Together AI's 8x H100 node
-#: (nccl-tests -g 8, NCCL 2.26.2) times its NCCL-chosen all-reduce at 34.7-36.4 us, median
-#: 35.4 us, from 8 B to 64 KiB, where the collective itself takes 15 us; over 8 GPUs, 4.43 us
-#: each (fitted by benchmarks/nccl_curves.py --fit-launch; its ring runs, all-gathers and
-#: reduce-scatters, and SuperBench's 8x A100 node, held out)
-LAUNCH_PER_GPU_S = 4.43e-6
+#: seconds one thread takes to launch a collective on one more GPU, and more for each channel
+#: the call runs on beyond the first (network.algorithms.nccl_channels): Together AI's 8x H100
+#: node (nccl-tests -g 8, NCCL 2.26.2) times its NCCL-chosen all-reduce at 34.7-36.4 us from 8 B
+#: to 32 KiB (one channel; the collective itself takes 15 us), rising to 41.5 us at 1 MiB (24
+#: channels; the collective 28 us), where one rank per GPU takes 15-32 us. Least squares over its
+#: 18 sizes from 8 B to 1 MiB, over 8 GPUs (benchmarks/nccl_curves.py --fit-launch; its ring
+#: runs, all-gathers and reduce-scatters, and SuperBench's 8x A100 node, held out)
+LAUNCH_PER_GPU_S = 4.44e-6
+LAUNCH_PER_CHANNEL_S = 34.8e-9
 
 
-def launch_floor_s(gpus_per_thread: int) -> float:
-    """The least time a call takes where one thread launches it on ``gpus_per_thread`` GPUs
-    (module docstring); none with a thread per GPU."""
-    return gpus_per_thread * LAUNCH_PER_GPU_S if gpus_per_thread > 1 else 0.0
+def launch_floor_s(gpus_per_thread: int, channels: int = 1) -> float:
+    """The least time a call on ``channels`` channels takes where one thread launches it on
+    ``gpus_per_thread`` GPUs (module docstring); none with a thread per GPU."""
+    if gpus_per_thread <= 1:
+        return 0.0
+    return gpus_per_thread * (LAUNCH_PER_GPU_S + LAUNCH_PER_CHANNEL_S * (channels - 1))
 
 
 @dataclass

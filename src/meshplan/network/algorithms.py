@@ -43,7 +43,9 @@ from __future__ import annotations
 import math
 
 from meshplan.network.protocols import (
+    CHANNEL_THREADS,
     COLLNET_ARITY_S,
+    THREAD_THRESHOLD_BYTES,
     base_latency_s,
     ring_bandwidth,
     runs,
@@ -372,6 +374,21 @@ def send_recv_s(bytes_: float, span: GroupSpan) -> float:
     (pipeline neighbours are adjacent ranks: one link on rings and tori, one switch otherwise)."""
     hop = span.hops[-1]
     return bytes_ / hop.bytes_per_s + hop.latency_s
+
+
+def nccl_channels(bytes_: float, span: GroupSpan, algorithm: str, protocol: str) -> int:
+    """The channels (thread blocks) NCCL runs one call of ``algorithm`` x ``protocol`` on
+    (src/enqueue.cc, topoGetAlgoInfo): NVLS its NVLS channels; a ring or tree its coll channels,
+    one fewer while the buffer is under channels x threads x the protocol's bytes a thread
+    (``protocols.THREAD_THRESHOLD_BYTES``), down to one. An 8-GPU LL ring takes one channel per
+    32 KiB of buffer, all 24 from 768 KiB. Grouped sends (all-to-all) are counted as one."""
+    if not span.hops or algorithm == "direct":
+        return 1
+    if algorithm in ("nvls", "nvls_tree"):
+        return span.hops[0].fabric.nvls_channels
+    channels = min(h.fabric.coll_channels for h in span.hops)
+    threshold = THREAD_THRESHOLD_BYTES[protocol] * (span.size if algorithm == "ring" and protocol == "LL" else 1)
+    return max(1, min(channels, int(bytes_ // (CHANNEL_THREADS[protocol] * threshold))))
 
 
 def _nccl(span: GroupSpan) -> bool:

@@ -78,6 +78,13 @@ TREE_CORRECTION: dict[str, tuple[float, ...]] = {
     "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
 }
 
+#: enqueue.cc channel tuning (topoGetAlgoInfo): the threads of a channel per protocol
+#: (device.h NCCL_LL_MAX_NTHREADS 512, NCCL_LL128_MAX_NTHREADS 640, NCCL_SIMPLE_MAX_NTHREADS 512)
+#: and the bytes each thread must have (NCCL_LL/LL128/SIMPLE_THREAD_THRESHOLD 8, 8, 64; a ring's LL
+#: threshold is times its ranks, tuning.cc), else the call runs on fewer channels
+CHANNEL_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+THREAD_THRESHOLD_BYTES = {"LL": 8, "LL128": 8, "Simple": 64}
+
 _INDEX = {"LL": 0, "LL128": 1, "Simple": 2}
 
 

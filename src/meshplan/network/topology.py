@@ -51,6 +51,7 @@ class Fabric:
     reduction_efficiency: float = 1.0
     ll_bytes_per_s: float | None = None
     nvls_channels: int = 16
+    coll_channels: int = 24
     ll_call_s: float | None = None
     ll_step_s: float | None = None
 
@@ -60,7 +61,7 @@ def fabric(level: NetworkLevel, index: int) -> Fabric:
     link = level.link or ("nvlink" if index == 0 and level.size is not None else "network")
     return Fabric(level.topology, link, level.oversubscription, level.leaf_domains, level.torus_dims,
                   level.group_domains, level.global_taper, level.in_network_reduction,
-                  level.reduction_efficiency, level.ll_bytes_per_s, level.nvls_channels, level.ll_call_s, level.ll_step_s)
+                  level.reduction_efficiency, level.ll_bytes_per_s, level.nvls_channels, level.coll_channels, level.ll_call_s, level.ll_step_s)
 
 
 def torus_group_dims(dims: tuple[int, ...], members: int) -> tuple[int, ...]:

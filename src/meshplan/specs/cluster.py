@@ -60,6 +60,9 @@ class NetworkLevel(Spec):
     reduction_efficiency: Fraction = 1.0
     # the thread blocks NCCL runs NVLS on (transport/nvls.cc NVLS_NCHANNELS_SM90 16, _SM100 32)
     nvls_channels: Count = 16
+    # the channels (thread blocks) NCCL runs its ring and tree collectives on at most, as its
+    # log's "coll channels" line prints it: 24 on 8-GPU A100 SXM4 and H100 SXM NVSwitch nodes
+    coll_channels: Count = 24
     # NCCL's LL protocol bandwidth ceiling (tuning.cc llMaxBws); None: half the link, no ceiling
     ll_bytes_per_s: BytesPerS | None = None
     # a small (LL) collective's measured fixed cost and latency per ring step over this level;
