@@ -70,3 +70,34 @@ def test_head_dim_256_no_faster_per_flop_than_128(index):
     predicted = model_tflops(seq, 256, False, causal=True) / model_tflops(seq, 128, False, causal=True)
     assert predicted == pytest.approx(measured, rel=0.06)
     assert model_tflops(seq, 64, False, causal=True) < model_tflops(seq, 128, False, causal=True)
+
+
+def _speed(device: str, backward: bool) -> float:
+    """A device's own profile's speed in TFLOP/s on the source's 16K-token runs at head dim 128."""
+    seq, head_dim = DATA["seq"][-1], 128
+    batch, heads = DATA["tokens"] // seq, DATA["hidden"] // head_dim
+    shape = AttentionShape(batch=batch, heads=heads, kv_heads=heads, seq=seq, kv=seq, qk_dim=head_dim, v_dim=head_dim,
+                           causal=False, flash=True)
+    flop = 4.0 * seq * seq * head_dim * heads * batch * (2.5 if backward else 1.0)
+    spec = catalog.device(device)
+    roof = Roofline.of(spec, catalog.efficiency(spec.efficiency), "bf16")
+    return flop / roof.attention_op_s(shape, flop, 2.0 * batch * seq * 4 * heads * head_dim, backward) / 1e12
+
+
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_blackwell_attention_waits_on_its_exponentials_and_blackwell_ultra_doubles_them(backward):
+    """Blackwell doubles Hopper's tensor flop per clock per SM but not its special-function units
+    (FlashAttention-4 paper), so a score's exponential costs twice as many flop there
+    (softmax_dims 256 and 102.4); Blackwell Ultra doubles the units (NVIDIA's Blackwell Ultra
+    softmax blog) and is back at Hopper's ratio. At head dim 128 the forward runs at
+    (256 + 128) / (256 + 256) of Hopper's fraction of peak on B200 (1.08 PFLOP/s, below
+    FlashAttention-4's 1.6 and the cuDNN 9.13 it is up to 1.3x faster than), at Hopper's on GB300."""
+    dims = 256.0
+    hopper = _speed("h100-sxm5-80gb", backward) / 989.4
+    softmax = catalog.efficiency("hopper").kernels.attention.backward.softmax_dims if backward else 128.0
+    # within 4%: the waves over each device's SMs and its HBM passes differ too
+    assert _speed("b200", backward) / 2250.0 == pytest.approx(hopper * (dims + softmax) / (dims + 2 * softmax), rel=0.04)
+    assert _speed("gb300", backward) / 2500.0 == pytest.approx(hopper, rel=0.04)
+    assert catalog.efficiency("blackwell-ultra").kernels.gemm == catalog.efficiency("blackwell").kernels.gemm
+    if not backward:
+        assert 1000 < _speed("b200", backward) < 1613 / 1.1
