@@ -27,8 +27,13 @@ QWEN = {
 }
 
 #: the switches recipes.yaml may set: each is a key meshplan.io.case_inputs reads
-READ_KEYS = {"moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers", "use_megatron_fsdp",
+READ_KEYS = {"cross_entropy_loss_fusion", "moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers", "use_megatron_fsdp",
              "recompute_modules", "fp8_param_gather", "fp4_param_gather"}
+
+
+#: every Megatron-Bridge run fuses its loss with Transformer Engine's kernel (recipes.yaml's first
+#: entry)
+LOSS = {"cross_entropy_loss_fusion": True}
 
 
 def changed(base: dict, **changes) -> dict:
@@ -46,8 +51,8 @@ def test_a_bridge_case_runs_its_recipes_expert_all_to_alls():
     """Qwen3-235B on 256 H100s: the recipe of every release from 25.11 to 26.06 sends tokens with
     the alltoall dispatcher and overlaps them with another micro-batch (the table says neither)."""
     switches, sources = recipe_switches(QWEN)
-    assert switches == {"moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": True}
-    assert len(sources) == 1 and "v0.2.1 to v0.5.0" in sources[0]
+    assert switches == {**LOSS, "moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": True}
+    assert len(sources) == 2 and "cross_entropy_fusion_impl='te'" in sources[0] and "v0.2.1 to v0.5.0" in sources[1]
     plan = case_inputs(QWEN, "qwen")["plan"]
     assert (plan["ep_dispatch"], plan["ep_overlap"]) == ("all_to_all", "paired")
 
@@ -61,8 +66,11 @@ def test_a_bridge_case_runs_its_recipes_expert_all_to_alls():
     {"model__name": "Qwen3-235B"},
 ])
 def test_a_case_outside_the_recipe_keeps_the_preset(changes):
+    """Outside the Qwen3-235B H100 recipe a case keeps the preset's dispatch; a Megatron-Bridge
+    case of a known container still fuses its loss, the others take nothing."""
     other = changed(QWEN, **changes)
-    assert recipe_switches(other) == ({}, ())
+    bridge_container = "source" not in changes or changes["source"].endswith("26.08")
+    assert recipe_switches(other)[0] == (LOSS if bridge_container else {})
     plan = case_inputs(other, "qwen")["plan"]
     assert "ep_dispatch" not in plan and "ep_overlap" not in plan
 
@@ -83,7 +91,7 @@ def test_the_cases_own_keys_win():
 def test_validate_says_which_switches_a_case_took_and_they_change_its_prediction():
     result = run_case(QWEN, 0)
     assert result.error is None
-    assert "Megatron-Bridge recipe: moe_token_dispatcher_type alltoall, moe_a2a_overlap true" in result.note
+    assert "Megatron-Bridge recipe: cross_entropy_loss_fusion true, moe_token_dispatcher_type alltoall, moe_a2a_overlap true" in result.note
     plain = run_case(changed(QWEN, source="NVIDIA Megatron-Bridge performance summary"), 0)
     assert plain.note is None or "recipe" not in plain.note
     assert plain.predicted_step_time_s != pytest.approx(result.predicted_step_time_s, rel=1e-3)
@@ -101,23 +109,23 @@ def test_deepseek_v3_on_h100_in_25_09_ran_deepep_with_the_overlap_and_recomputed
 def test_gpt_oss_recomputes_norms_and_expert_activations_and_its_gb200_v2_recipe_overlaps():
     oss = changed(QWEN, model__name="gpt-oss-120b", precision="bf16", hardware__cluster="gb200-nvl72",
                   source="Megatron-Bridge performance summary, NeMo container 26.04.01", batch__global_batch_sequences=1280)
-    assert recipe_switches(oss)[0] == {"recompute_modules": ["layernorm", "moe_act"], "moe_a2a_overlap": True}
-    assert recipe_switches(changed(oss, batch__global_batch_sequences=512))[0] == {"recompute_modules": ["layernorm", "moe_act"]}
-    assert recipe_switches(changed(oss, hardware__cluster="gb300-nvl72"))[0] == {}  # GB300's recipe graphs instead
+    assert recipe_switches(oss)[0] == {**LOSS, "recompute_modules": ["layernorm", "moe_act"], "moe_a2a_overlap": True}
+    assert recipe_switches(changed(oss, batch__global_batch_sequences=512))[0] == {**LOSS, "recompute_modules": ["layernorm", "moe_act"]}
+    assert recipe_switches(changed(oss, hardware__cluster="gb300-nvl72"))[0] == LOSS  # GB300's recipe graphs instead
 
 
 def test_deepseek_v3_keeps_bf16_moments_unless_fully_sharded():
     deepseek = changed(QWEN, model__name="DeepSeek-V3", hardware__cluster="gb200-nvl72",
                        source="NVIDIA Megatron-Bridge performance summary, NeMo container 25.11")
-    assert recipe_switches(deepseek)[0] == {"exp_avg_dtype": "bf16"}
+    assert recipe_switches(deepseek)[0] == {**LOSS, "exp_avg_dtype": "bf16"}
     assert case_inputs(deepseek, "d")["plan"]["optimizer_state"] == "bf16_moments"
-    assert recipe_switches(changed(deepseek, parallelism__zero_stage=3))[0] == {}
+    assert recipe_switches(changed(deepseek, parallelism__zero_stage=3))[0] == LOSS
 
 
 def test_nvl72_mxfp8_moe_recipes_replay_the_iteration_as_cuda_graphs_from_26_06():
     qwen30 = changed(QWEN, model__name="Qwen3-30B-A3B", hardware__cluster="gb200-nvl72", precision="mxfp8",
                      source="Megatron-Bridge docs/performance-summary.md, NeMo container 26.06")
-    assert recipe_switches(qwen30)[0] == {"cuda_graphs": "full", "moe_a2a_overlap": True, "fp8_param_gather": True}
+    assert recipe_switches(qwen30)[0] == {**LOSS, "cuda_graphs": "full", "moe_a2a_overlap": True, "fp8_param_gather": True}
     for changes in ({"source": "Megatron-Bridge, NeMo container 26.04.01"}, {"hardware__cluster": "dgx-h100"},
                     {"precision": "bf16"}, {"model__name": "Llama 3 70B"}):
         assert "cuda_graphs" not in recipe_switches(changed(qwen30, **changes))[0]
@@ -128,15 +136,15 @@ def test_llama3_70b_fsdp_recipes_offload_activations_by_system_and_precision():
                     parallelism__tp=1, parallelism__pp=1, parallelism__ep=1, parallelism__zero_stage=3,
                     source="Megatron-Bridge, NeMo container 25.11")
     fsdp = {"use_megatron_fsdp": True}
-    assert recipe_switches(llama)[0] == {**fsdp, "cpu_offloading_num_layers": 40}
-    assert recipe_switches(changed(llama, precision="bf16"))[0] == {**fsdp, "cpu_offloading_num_layers": 20}
-    assert recipe_switches(changed(llama, hardware__cluster="gb300-nvl72", precision="bf16"))[0] == {**fsdp, "cpu_offloading_num_layers": 30}
+    assert recipe_switches(llama)[0] == {**LOSS, **fsdp, "cpu_offloading_num_layers": 40}
+    assert recipe_switches(changed(llama, precision="bf16"))[0] == {**LOSS, **fsdp, "cpu_offloading_num_layers": 20}
+    assert recipe_switches(changed(llama, hardware__cluster="gb300-nvl72", precision="bf16"))[0] == {**LOSS, **fsdp, "cpu_offloading_num_layers": 30}
     # the MXFP8 recipes offload nothing (and keep MXFP8 weights, as every MXFP8 recipe does)
-    assert recipe_switches(changed(llama, precision="mxfp8"))[0] == {"fp8_param_gather": True}
-    assert recipe_switches(changed(llama, parallelism__pp=4))[0] == {}
+    assert recipe_switches(changed(llama, precision="mxfp8"))[0] == {**LOSS, "fp8_param_gather": True}
+    assert recipe_switches(changed(llama, parallelism__pp=4))[0] == LOSS
     # Llama 3.1 405B's 128-GPU recipes shard it over tp 2 alone
     big = changed(llama, model__name="Llama 3.1 405B", parallelism__tp=2, hardware__num_devices=128)
-    assert recipe_switches(big)[0] == {**fsdp, "cpu_offloading_num_layers": 92}
+    assert recipe_switches(big)[0] == {**LOSS, **fsdp, "cpu_offloading_num_layers": 92}
 
 
 def test_a_bridge_case_that_misses_its_rows_fsdp_runs_the_recipes_zero_3():
@@ -164,11 +172,11 @@ def test_mxfp8_recipes_keep_mxfp8_weights_and_nvfp4_ones_nvfp4_weights_from_26_0
     run holds the quantized weights instead of 16-bit ones beside their quantized copies."""
     llama = changed(QWEN, model__name="Llama 3.1 405B", model__arch="dense", model__moe=None, hardware__cluster="gb300-nvl72",
                     precision="mxfp8", parallelism__ep=1, source="Megatron-Bridge performance summary, NeMo container 26.04.01")
-    assert recipe_switches(llama)[0] == {"fp8_param_gather": True}
+    assert recipe_switches(llama)[0] == {**LOSS, "fp8_param_gather": True}
     assert case_inputs(llama, "l")["plan"]["fp8_params"] is True
     assert "fp8_params" not in case_inputs(changed(llama, precision="fp8-cs"), "l")["plan"]
     nvfp4 = changed(llama, precision="nvfp4")
-    assert recipe_switches(nvfp4)[0] == {}
+    assert recipe_switches(nvfp4)[0] == LOSS
     assert case_inputs(changed(nvfp4, source="Megatron-Bridge, NeMo container 26.06"), "l")["plan"]["fp8_params"] is True
     deepseek = changed(nvfp4, model__name="DeepSeek-V3", source="Megatron-Bridge, NeMo container 26.06")
     assert case_inputs(deepseek, "d")["plan"]["fp8_params"] is False
