@@ -90,8 +90,9 @@ def test_blackwell_attention_waits_on_its_exponentials_and_blackwell_ultra_doubl
     (FlashAttention-4 paper), so a score's exponential costs twice as many flop there
     (softmax_dims 256 and 102.4); Blackwell Ultra doubles the units (NVIDIA's Blackwell Ultra
     softmax blog) and is back at Hopper's ratio. At head dim 128 the forward runs at
-    (256 + 128) / (256 + 256) of Hopper's fraction of peak on B200 (1.08 PFLOP/s, below
-    FlashAttention-4's 1.6 and the cuDNN 9.13 it is up to 1.3x faster than), at Hopper's on GB300."""
+    (256 + 128) / (256 + 256) of Hopper's fraction of peak on B200 (1.05 PFLOP/s on the 16K-token
+    runs, below FlashAttention-4's 1.6 and the cuDNN 9.13 it is up to 1.3x faster than), at
+    Hopper's on GB300."""
     dims = 256.0
     hopper = _speed("h100-sxm5-80gb", backward) / 989.4
     softmax = catalog.efficiency("hopper").kernels.attention.backward.softmax_dims if backward else 128.0
