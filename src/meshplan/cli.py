@@ -69,7 +69,7 @@ def estimate(
     seq_len: Optional[int] = typer.Option(None, help="Tokens per sequence (default: the model's)."),
     vpp: Optional[int] = typer.Option(None, help="Virtual pipeline stages per device (interleaved 1F1B)."),
     schedule: Optional[str] = typer.Option(None, help="Pipeline schedule: 1f1b, gpipe, zb-h1 or dualpipe."),
-    framework: Optional[str] = typer.Option(None, help="Overlap defaults of megatron-lm, megatron-core, nemo, nemo-launcher, torchtitan, deepspeed, llm-foundry or pytorch-fsdp."),
+    framework: Optional[str] = typer.Option(None, help="Overlap defaults of megatron-lm, megatron-core, nemo, nemo-launcher, torchtitan, deepspeed, llm-foundry, pytorch-fsdp or fms-fsdp."),
     tp_overlap: Optional[str] = typer.Option(None, help="Tensor-parallel communication: none, bulk (backward) or pipelined with the GEMMs."),
     ep_overlap: Optional[str] = typer.Option(None, help="Expert all-to-all: none (blocking) or paired (beside another micro-batch's compute)."),
     fusion: Optional[str] = typer.Option(None, help="Norms and rotary embeddings: fused (Transformer Engine, torch.compile) or eager (PyTorch op by op)."),

@@ -354,7 +354,7 @@ def cost_program(program: Program) -> CostedProgram:
     roof = Roofline.of(device, efficiency, s.plan.precision, s.plan.attention_kernel, s.plan.quant_scaling)
     wide = Roofline.of(device, efficiency, "bf16", s.plan.attention_kernel) if s.plan.precision in ("fp8", "fp4") else None
     eb = program.element_bytes
-    full = s.plan.recompute == "full"
+    full = s.plan.whole_layer_recompute
     power = efficiency.power
     if power is not None and device.tdp_w <= power.idle_w:
         raise MeshplanError("device.tdp_w", device.tdp_w, f"more than the {device.efficiency} profile's idle power ({power.idle_w} W)")

@@ -161,7 +161,7 @@ def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_
     s = program.scenario
     plan, m = s.plan, micro_batches
     t = _Tally(plan.precision, program.element_bytes)
-    full = plan.recompute == "full"
+    full = plan.whole_layer_recompute
     back = 0 if forward_only else 1
     trained_any = back and role.layers > role.frozen_layers
     for name, count, frozen in role.layer_counts:

@@ -84,7 +84,7 @@ def _layer_s(s: Scenario, profile) -> float:
         seconds = 0.0
         for op in block.ops:
             t = op_times(shard_op(op, p.tp, p.cp, sp, p.expert_tp, p.precision, p.quant_scaling), roof, element)
-            rerun = p.recompute == "full" or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
+            rerun = p.whole_layer_recompute or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
             seconds += t.forward_s * (2.0 if rerun else 1.0) + t.backward_s
         cheapest = min(cheapest, seconds)
     return cheapest
@@ -95,7 +95,7 @@ def _flop_layer_s(s: Scenario, best: float) -> float:
     p = s.plan
     blocks = lower(s.model, 1, s.seq_len, 2.0, p.flash_attention).blocks
     forward, attention = min((dense_flop(b.ops), dense_flop(b.ops, {"attention"})) for b in blocks)
-    recompute = forward if p.recompute == "full" else attention if p.recompute == "selective" and not p.flash_attention else 0.0
+    recompute = forward if p.whole_layer_recompute else attention if p.recompute == "selective" and not p.flash_attention else 0.0
     flop = p.micro_batch_size * (3.0 * forward + recompute) / (p.tp * p.cp)
     return flop / (s.cluster.device.peak(p.precision) * best)
 
@@ -113,7 +113,7 @@ def energy_lower_bounds(scenarios: list[Scenario], time_bounds: np.ndarray) -> n
     for s, bound_s in zip(scenarios, time_bounds):
         p = s.plan
         key = (p.tp, p.cp, p.sequence_parallel, p.expert_tp, p.micro_batch_size, s.seq_len, p.precision,
-               p.flash_attention, p.recompute, s.task.kind)
+               p.flash_attention, p.recompute, p.whole_layer_recompute, s.task.kind)
         if key not in per_shape:
             per_shape[key] = _layer_j(s, power)
         dynamic = s.num_micro_batches * min(s.stage_layers) * per_shape[key]
@@ -131,7 +131,7 @@ def _layer_j(s: Scenario, power) -> float:
     for block in blocks:
         tally = WorkTally(p.precision, element)
         for op in block.ops:
-            rerun = p.recompute == "full" or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
+            rerun = p.whole_layer_recompute or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
             tally.add(shard_op(op, p.tp, p.cp, sp, p.expert_tp, p.precision, p.quant_scaling), 1.0 if s.task.kind == "finetune" else 3.0 + rerun)
         cheapest = min(cheapest, tally.energy_j(power))
     return cheapest

@@ -97,6 +97,8 @@ def expand(
             point["virtual_pipeline_stages"] = 1
         if point["recompute"] == "selective" and base.flash_attention and base.selective_recompute == "attention":
             point["recompute"] = "none"  # flash attention keeps no scores: nothing to recompute
+        if point["recompute"] == "selective" and base.selective_recompute == "blocks":
+            point["recompute"] = "full"  # whole blocks, every one of them: full recompute
         key = tuple(point.values())
         if key in seen:
             continue

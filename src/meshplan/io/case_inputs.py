@@ -37,7 +37,8 @@ def _get(case: dict, path: str, where: str):
 #: Megatron-Core's own short name; llmfoundry is llm-foundry's package name and Composer its
 #: trainer (MosaicML's); FSDP runs of other trainers take PyTorch FSDP's defaults, as do PyTorch's own
 #: training loops (DDP) and the trainers over them that run the model's modules eager (Hugging Face
-#: Transformers, Accelerate and TRL; LitGPT); Megatron-DeepSpeed and GPT-NeoX run
+#: Transformers, Accelerate and TRL; LitGPT); IBM's fms-fsdp is the Foundation Model Stack's
+#: (fms, its model package's name); Megatron-DeepSpeed and GPT-NeoX run
 #: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO); Megatron alone is the
 #: Megatron-LM repository and its command-line defaults (--overlap-grad-reduce and the like are opt-in)
 _FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-core", "mcore": "megatron-core",
@@ -49,6 +50,7 @@ _FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-co
                       "transformers": "pytorch-fsdp", "hf-transformers": "pytorch-fsdp", "huggingface-transformers": "pytorch-fsdp",
                       "hugging-face-transformers": "pytorch-fsdp", "accelerate": "pytorch-fsdp", "hf-accelerate": "pytorch-fsdp",
                       "huggingface-accelerate": "pytorch-fsdp", "trl": "pytorch-fsdp", "litgpt": "pytorch-fsdp", "lit-gpt": "pytorch-fsdp",
+                      "fms": "fms-fsdp", "foundation-model-stack": "fms-fsdp", "ibm-fms": "fms-fsdp", "ibm-fms-fsdp": "fms-fsdp",
                       "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
 
 

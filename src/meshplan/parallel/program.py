@@ -393,7 +393,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             expert_trainable=expert_trainable,
             layer_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts if not kinds[k].offloaded],
             offloaded_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts if kinds[k].offloaded],
-            recompute_buffer=max((kinds[k].full_saved_bytes for k, n, f in counts if n > f), default=0.0) if plan.recompute == "full" else 0.0,
+            recompute_buffer=max((kinds[k].full_saved_bytes for k, n, f in counts if n > f), default=0.0) if plan.whole_layer_recompute else 0.0,
             head_activations=0.0 if freeze_embedding else sum(saved_bytes(op.saved, tp, cp, sp, False) for op in head_ops),
             tail_activations=sum(saved_bytes(op.saved, tp, cp, sp, False) for op in tail_ops),
             gathered_layer_params=max((kinds[k].params + kinds[k].expert_params for k, _, _ in counts), default=0.0),
@@ -455,7 +455,7 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
             # ZeRO-3 / FSDP: weights gathered before every forward that runs (recompute
             # included) and before backward, gradients reduce-scattered, per micro-batch, one
             # unit per decoder layer (FSDP wraps each block; DeepSpeed gathers per module)
-            gathers = 3 if plan.recompute == "full" else 2
+            gathers = 3 if plan.whole_layer_recompute else 2
             units = float(max(layers_per_device, 1))
             zero3 += [Comm(axis, "all_gather", weights / units, units * gathers, zero3_span)]
             if trainable > 0:

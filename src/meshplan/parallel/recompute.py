@@ -118,7 +118,8 @@ def layer_recompute(plan, model, block, ops: tuple[ShardedOp, ...], x_bytes: flo
     micro-batch, bytes it would keep without recompute) of a layer ``block`` sharded to ``ops``
     under ``plan``'s recompute policy: full keeps only the layer input (Korthikanti et al. 2022:
     2sbh); selective re-runs the attention core (nothing under flash attention, which keeps no
-    scores), torchtitan's per-op policy or Megatron-Core's modules."""
+    scores), torchtitan's per-op policy, Megatron-Core's modules, or whole blocks as full does
+    (fms-fsdp's selective_checkpointing at its default, every block)."""
     tp, cp = plan.tp, plan.cp
     sp = plan.sequence_parallel and tp > 1
     quantized = quantized_scale(plan.precision)
@@ -128,7 +129,7 @@ def layer_recompute(plan, model, block, ops: tuple[ShardedOp, ...], x_bytes: flo
                                quantized if op.low_precision else 1.0) for op in block.ops)
 
     full = kept_by(drop_scores=False)
-    policy = plan.selective_recompute if plan.recompute == "selective" else plan.recompute
+    policy = "full" if plan.whole_layer_recompute else plan.selective_recompute if plan.recompute == "selective" else plan.recompute
     if policy == "full":
         return tuple((op.op.name, 1.0) for op in ops), x_bytes / (tp if sp else 1), full
     if policy == "op":

@@ -17,7 +17,8 @@ RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "mlp", "moe_a
 Schedule = Literal["1f1b", "gpipe", "zb-h1", "dualpipe"]
 TPOverlap = Literal["none", "bulk", "pipelined"]
 EPOverlap = Literal["none", "paired"]
-Framework = Literal["megatron-lm", "megatron-core", "nemo", "nemo-launcher", "torchtitan", "deepspeed", "llm-foundry", "pytorch-fsdp"]
+Framework = Literal["megatron-lm", "megatron-core", "nemo", "nemo-launcher", "torchtitan", "deepspeed", "llm-foundry", "pytorch-fsdp",
+                    "fms-fsdp"]
 TrainPrecision = Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
 AXES = ("tp", "cp", "dp", "pp")
 #: collective algorithms a plan may force (meshplan.network.algorithms), and the kinds each runs
@@ -86,8 +87,10 @@ class Plan(Spec):
     # --recompute-granularity selective; nothing under flash attention, which keeps no scores),
     # or torchtitan's per-op policy ("op": every op but matmuls, attention and reduce-scatters,
     # and every second matmul of a layer; parallel.recompute.op_recompute), or Megatron-Core's
-    # fine-grained modules ("modules": the recompute_modules below)
-    selective_recompute: Literal["attention", "op", "modules"] = "attention"
+    # fine-grained modules ("modules": the recompute_modules below), or whole blocks ("blocks":
+    # fms-fsdp's selective_checkpointing, a share of the blocks checkpointed whole, whose default,
+    # 1, every block, is what is modelled: the same as full)
+    selective_recompute: Literal["attention", "op", "modules", "blocks"] = "attention"
     # Megatron-Core's recompute_modules: the modules "modules" re-runs in backward (its default is
     # the attention core; parallel.recompute.RECOMPUTE_MODULES)
     recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
@@ -264,6 +267,12 @@ class Plan(Spec):
     @property
     def model_parallel(self) -> int:
         return self.tp * self.cp * self.pp
+
+    @property
+    def whole_layer_recompute(self) -> bool:
+        """Whether every decoder layer re-runs its whole forward in backward, keeping only its
+        input: full recompute, or selective recompute of whole blocks (selective_recompute)."""
+        return self.recompute == "full" or (self.recompute == "selective" and self.selective_recompute == "blocks")
 
     @property
     def zero3_per_step(self) -> bool:

@@ -44,7 +44,7 @@ def by_collective(costed: CostedProgram, role_index: int, micro_batches: int, ex
     program = costed.program
     s = program.scenario
     role, times = program.roles[role_index], costed.roles[role_index]
-    full = s.plan.recompute == "full"
+    full = s.plan.whole_layer_recompute
     total: dict[str, float] = defaultdict(float)
     per_axis: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 

@@ -105,7 +105,7 @@ def layer_halves(costed: CostedProgram, kind_name: str) -> tuple[Half, ...]:
         open_s = open_back = 0.0
         close_s, close_back = _per(kind.tp_comms, "all_reduce"), _per(kind.tp_comms, "all_reduce", True)
     tp = plan.tp
-    selective = kind.recompute_ops if plan.recompute == "selective" else ()
+    selective = kind.recompute_ops if plan.recompute == "selective" and not plan.whole_layer_recompute else ()
     cp_fwd = _per(kind.cp_comms, "all_gather")
     cp_bwd = _per(kind.cp_comms, "all_gather", True)
     a2a = _per(kind.ep_comms, "all_to_all")

@@ -65,7 +65,7 @@ def step_reduce_gather_s(program) -> tuple[float, float]:
 def data_parallel(costed: CostedProgram, role: Role) -> DataParallel:
     program = costed.program
     plan = program.scenario.plan
-    gathers = 3 if plan.recompute == "full" else 2
+    gathers = 3 if plan.whole_layer_recompute else 2
     units = float(max(max(program.scenario.stage_layers), 1))
     reduce_s, gather_s = step_reduce_gather_s(program)
     trainable = role.trainable_params or 1.0

@@ -65,7 +65,7 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
     ]
     head, tail = edge_halves(costed, index)
     dp = data_parallel(costed, role)
-    full = plan.recompute == "full"
+    full = plan.whole_layer_recompute
     trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
     out = {"forward": forward_pass("f", layers, head, tail, dp, overlap)}
     if forward_only:
