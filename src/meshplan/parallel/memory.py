@@ -159,7 +159,7 @@ LORA_BASE_BYTES = {"bf16": 2.0, "fp8": 1.0, "nf4": (4.0 + 0.127) / 8.0}
 
 
 def lora_base_bytes(task, plan) -> float | None:
-    """Bytes per frozen base weight of a LoRA task (specs.plan.Task) whose ``lora_base_dtype`` is
+    """Bytes per frozen base weight of a LoRA task (specs.task.Task) whose ``lora_base_dtype`` is
     set; None where the base weights are stored as the plan stores weights."""
     if task.kind != "finetune" or not task.lora_rank or task.lora_base_dtype is None:
         return None

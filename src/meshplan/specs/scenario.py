@@ -12,7 +12,8 @@ from meshplan.errors import MeshplanError
 from meshplan.specs.base import Count, from_validation_error
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.model import TransformerModel
-from meshplan.specs.plan import Plan, Task, group_problem, interleave_group, parse_pipeline_layout
+from meshplan.specs.plan import Plan, group_problem, interleave_group, parse_pipeline_layout
+from meshplan.specs.task import Task
 
 
 def _expert_tp(p: Plan, dp: int) -> int:

@@ -20,7 +20,7 @@ from meshplan.costs.costed import CostedProgram, comm_s, cost_program, forward_b
 from meshplan.costs.energy import EnergyBreakdown, pass_energy
 from meshplan.parallel.memory import InferenceMemory
 from meshplan.parallel.program import Phase, build_program
-from meshplan.specs.plan import Task
+from meshplan.specs.task import Task
 from meshplan.specs.scenario import Scenario
 from meshplan.timeline.engine import Pass, schedule_pass
 from meshplan.timeline.step import pass_plans
