@@ -15,18 +15,19 @@ from meshplan.costs.compute import Roofline
 from meshplan.workloads.ops import AttentionShape
 
 DATA = yaml.safe_load((Path(__file__).resolve().parent / "data" / "published_attention.yaml").read_text())
-DEVICE, HOPPER = catalog.device("h100-sxm5-80gb"), catalog.efficiency("hopper")
 
 
-def model_tflops(seq: int, head_dim: int, backward: bool, kernel: str | None = None, causal: bool = False) -> float:
-    """The hopper profile's speed (with ``kernel``'s generation) on one of the source's runs: 16K
-    tokens, hidden 2048, no mask unless ``causal``."""
+def model_tflops(seq: int, head_dim: int, backward: bool, kernel: str | None = None, causal: bool = False,
+                 device: str = "h100-sxm5-80gb") -> float:
+    """The speed of ``device``'s profile (with ``kernel``'s generation) on one of the source's runs:
+    16K tokens, hidden 2048, no mask unless ``causal``."""
     batch, heads = DATA["tokens"] // seq, DATA["hidden"] // head_dim
     shape = AttentionShape(batch=batch, heads=heads, kv_heads=heads, seq=seq, kv=seq, qk_dim=head_dim, v_dim=head_dim,
                            causal=causal, flash=True)
     traffic = 2.0 * batch * seq * 4 * heads * head_dim  # Q, K, V, O in bf16
     flop = 4.0 * seq * seq * head_dim * heads * batch * (2.5 if backward else 1.0) * (0.5 if causal else 1.0)
-    roof = Roofline.of(DEVICE, HOPPER, "bf16", kernel)
+    spec = catalog.device(device)
+    roof = Roofline.of(spec, catalog.efficiency(spec.efficiency), "bf16", kernel)
     return flop / roof.attention_op_s(shape, flop, traffic, backward) / 1e12
 
 
@@ -74,14 +75,7 @@ def test_head_dim_256_no_faster_per_flop_than_128(index):
 
 def _speed(device: str, backward: bool) -> float:
     """A device's own profile's speed in TFLOP/s on the source's 16K-token runs at head dim 128."""
-    seq, head_dim = DATA["seq"][-1], 128
-    batch, heads = DATA["tokens"] // seq, DATA["hidden"] // head_dim
-    shape = AttentionShape(batch=batch, heads=heads, kv_heads=heads, seq=seq, kv=seq, qk_dim=head_dim, v_dim=head_dim,
-                           causal=False, flash=True)
-    flop = 4.0 * seq * seq * head_dim * heads * batch * (2.5 if backward else 1.0)
-    spec = catalog.device(device)
-    roof = Roofline.of(spec, catalog.efficiency(spec.efficiency), "bf16")
-    return flop / roof.attention_op_s(shape, flop, 2.0 * batch * seq * 4 * heads * head_dim, backward) / 1e12
+    return model_tflops(DATA["seq"][-1], 128, backward, device=device)
 
 
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
