@@ -23,7 +23,7 @@ CASES = Path(__file__).parent / "data" / "scaling_cases.yaml"
 #: the per-GPU throughput ratio, largest over smallest scale, within this much of the measured one
 RATIO_TOLERANCE = 0.15
 #: per group, the largest error any of its scales may have
-BOUNDS = {"mlperf_v31_gpt3_scaling": 0.10, "mlperf_v40_gpt3_scaling": 0.10, "mlperf_v41_gpt3_b200": 0.05,
+BOUNDS = {"mlperf_v31_gpt3_scaling": 0.07, "mlperf_v40_gpt3_scaling": 0.06, "mlperf_v41_gpt3_b200": 0.05,
           "mlperf_v41_gpt3_eos": 0.07, "mlperf_v41_gpt3_oracle": 0.12, "mlperf_v50_llama405b_h100": 0.05,
           "mlperf_v50_llama405b_h200": 0.06, "mlperf_v50_llama405b_gb200": 0.12}
 
@@ -65,25 +65,25 @@ def test_every_scale_is_predicted_within_its_groups_bound(scored):
     """At 8192 and 10752 GPUs the predictions were 1.23x and 1.30x the measurement while each
     interleaved chunk's parameter all-gather was chained along the pipeline's warm-up; they are
     gathered a chunk ahead on every stage at once, as Megatron-Core does (step.interleaved_param_wait).
-    v4.0's 10752 and 11616 GPUs are 8.6% slow, where v3.1's 10752 are 3.9%: the later runs took
-    six gradient-accumulation steps over a 6-stage pipeline and measured 1% faster; the model
-    says the new layout is 3% slower. Llama 3.1 405B on H100 is within 2% from 512 to 8192 GPUs,
-    on H200 within 4.2%; on GB200 every scale is 9-10% fast, as NeMo 25.04's performance summary
-    and DGX Cloud benchmarking v25.05 find for the same layout on 128 to 512 GB200s (-11% to -16%;
-    not in the test data), where B200's (Megatron-Bridge 25.11) is -6%: a Blackwell miss these
-    runs do not explain. v4.1's GPT-3 on a B200 preview (64 GPUs) is within 1%, on Eos (NeMo 24.09)
-    4-5% slow; Oracle's 3072 H100s (RoCE, taken as dgx-h100's InfiniBand) are 10% fast where its
-    1536 are within 2%."""
+    Each interleaved chunk's gradients are reduced from its last micro-batch's backward on,
+    beside the other chunks' backwards (step.reduce_tail): with only the step's last backward to
+    hide it, v4.0's 10752 and 11616 GPUs (six micro-batches over six stages) were 9.7% slow and
+    v3.1's 10752 5.0%; now 4.6% and 0.9%, and v3.1's 512 to 10752 go from -5.6% to +0.9% (from
+    -5.4% to +5.0%). Llama 3.1 405B on H100 is within 3.1% from 512 to 8192 GPUs, on H200 within
+    2.8%; on GB200 every scale is 6-7% fast, as NeMo 25.04's performance summary and DGX Cloud
+    benchmarking v25.05 find for the same layout on 128 to 512 GB200s (not in the test data). v4.1's
+    GPT-3 on a B200 preview (64 GPUs) is 3.9% slow, on Eos (NeMo 24.09) 6-7% slow; Oracle's 3072
+    H100s (RoCE, taken as dgx-h100's InfiniBand) are 9% fast where its 1536 are 3% slow."""
     for result, case in scored:
         assert abs(result.relative_error) < BOUNDS[case["group"]], result.id
 
 
 @pytest.mark.parametrize("group", sorted(g for g in BOUNDS if g != "mlperf_v41_gpt3_b200"))
 def test_per_gpu_throughput_ratio_from_smallest_to_largest_scale_follows_the_measurement(scored, group):
-    """v3.1, 512 to 10752 GPUs: 0.66 predicted against 0.74 measured; v4.0, 512 to 11616: 0.61
-    against 0.66; v4.1 on Eos, 256 to 512: 0.97 against 0.97, on Oracle's H100s, 1536 to 3072: 0.89
-    against 0.79; v5.0 on H100, 512 to
-    8192: 0.85 against 0.88; on GB200, 512 to 2496: 0.93 against 0.95."""
+    """v3.1, 512 to 10752 GPUs: 0.69 predicted against 0.74 measured; v4.0, 512 to 11616: 0.65
+    against 0.66; v4.1 on Eos, 256 to 512: 0.97 against 0.97, on Oracle's H100s, 1536 to 3072: 0.90
+    against 0.79; v5.0 on H100, 512 to 8192: 0.86 against 0.88; on GB200, 512 to 2496: 0.94
+    against 0.95."""
     ordered = sorted(_groups(scored)[group], key=lambda rc: rc[1]["hardware"]["num_devices"])
     (small, small_case), (large, large_case) = ordered[0], ordered[-1]
     measured = (per_gpu_tokens_per_s(large.measured_step_time_s, large_case)

@@ -182,6 +182,32 @@ def _stage_work(r: RolePasses, stages: int, schedule: str, virtual: int, unpaire
     )
 
 
+def reduce_tail(trailing_s: float, backward_s: float, virtual: int, group: int, slowdown: float) -> float:
+    """How long a stage's gradient reduction runs on after its last backward, and what it costs
+    the backwards it runs beside: the step's delay. ``trailing_s``: what the last micro-batch's
+    backward pass (all the stage's chunks together, the reduction beside it) leaves running after
+    its compute; ``backward_s``: one micro-batch's backward of one chunk.
+
+    Without interleaving all of it trails. Interleaved, Megatron-Core reduces each model chunk's
+    gradients from that chunk's last micro-batch's backward on (schedules.py,
+    backward_step_helper_preprocess and _postprocess: grad sync is enabled on
+    is_last_microbatch_for_model_chunk) while the stage goes on with the other chunks: in the
+    schedule's last round chunk c's last micro-batch is followed by ``group`` - 1 backwards
+    before chunk c - 1's last one (``group`` micro-batches a chunk, highest chunk first). So each
+    chunk leaves ``trailing_s / virtual``; the backwards between two chunks' last ones drain
+    what is queued on the stream, each second of it hidden costing ``slowdown`` seconds of
+    compute (the overlap_slowdown of passes); the last chunk's and what is still queued trail.
+    The cool-down's waits would drain more: this is the least the stage hides."""
+    leftover = trailing_s / virtual
+    gap = (group - 1) * backward_s
+    queued = delay = 0.0
+    for _ in range(virtual - 1):
+        hidden = min(queued + leftover, gap)
+        queued += leftover - hidden
+        delay += slowdown * hidden
+    return queued + leftover + delay
+
+
 def _handed_on(r: RolePasses) -> float:
     """When the last micro-batch's backward hands its gradient on: never before an ordinary
     backward ends (whatever trails that one trails every micro-batch)."""
@@ -231,7 +257,11 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         blocking += reduce_s
     if not plan.overlap_param_gather:
         blocking += gather_s
-    finishes = [end + max(r.last_backward.time_s - _handed_on(r), 0.0) for end, r in zip(pipe.finish_s, passes)]
+    group = min(plan.microbatch_group_size or interleave_group(plan.pp, m), m)
+    slowdown = Overlap.of(costed).slowdown
+    tails = [reduce_tail(max(r.last_backward.time_s - _handed_on(r), 0.0), w.backward_s + w.weight_s, v, group, slowdown)
+             for r, w in zip(passes, works)]
+    finishes = [end + tail for end, tail in zip(pipe.finish_s, tails)]
     finish = max(finishes)
     step_s = finish + blocking + costed.optimizer_s
 
@@ -241,7 +271,8 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     r, times = passes[critical], costed.roles[critical]
     compute_s = m * (r.forward.compute_s + r.backward.compute_s)
     exposed = _exposed(r, m)
-    exposed["dp"] += blocking + r.release_s
+    # the trailing reduction the last backward pass counts, as the chunks leave it (reduce_tail)
+    exposed["dp"] += blocking + r.release_s + tails[critical] - max(r.last_backward.time_s - _handed_on(r), 0.0)
     if p2p_s and not overlap_p2p:
         exposed["pp"] += 2.0 * m * program.pp_sends_per_micro_batch * p2p_s
     busy = compute_s + sum(exposed.values()) - blocking
