@@ -384,7 +384,7 @@ def build_strategy_program(s: DLRMScenario) -> StrategyProgram:
     kinds_dense = (bottom, inter, top)
     if training:
         _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end, combine, combine_bytes,
-                  dispatch_bytes, pooled, lookup, emb, act, local, wb)
+                  dispatch_bytes, pooled, lookup, emb, act, local, wb, emb_batch)
     emb_weights, emb_state = embedding_state_bytes(m.total_rows, m.embedding_params, m.bytes_per_emb_param, m.embedding_optimizer, mp)
     weights, grads, states = dense_state_bytes(sum(d.params for d in kinds_dense), wb, m.dense_optimizer)
     if not training:
@@ -405,7 +405,7 @@ def build_strategy_program(s: DLRMScenario) -> StrategyProgram:
 
 
 def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end, combine, combine_bytes,
-              dispatch_bytes, pooled, lookup, emb, act, local, wb) -> None:
+              dispatch_bytes, pooled, lookup, emb, act, local, wb, emb_batch) -> None:
     """Loss, then backward reversed (MAD Max Sec. 4.3): top, interaction, embedding all-to-all,
     bottom, lookups; gradient reductions; the dense optimizer steps."""
     bottom, inter, top = kinds_dense
@@ -418,8 +418,8 @@ def _backward(b, graph, m, kinds_dense, top_ops, inter_ops, bottom_ops, top_end,
     inter_b = _run(b, inter, inter_ops, (*top_b, dispatch_b or ""), backward=True)
     a2a_b = b.comm("emb:a2a_b", "all_to_all", "embedding", pooled, emb, "mp", deps=inter_b)
     _run(b, bottom, bottom_ops, inter_b, backward=True, first_input_grad=False)
-    # the fused sparse update moves the rows the forward read (MAD Max's artifact costs both passes alike)
-    update = _sharded(Op("embedding_bags_update", "lookup", "none"), lookup)
+    # the fused sparse update: rows and optimizer state of the distinct rows (DLRMModel.update_bytes)
+    update = _sharded(Op("embedding_bags_update", "lookup", "none"), m.update_bytes(emb_batch, act) / emb.degree("mp"))
     emb_b = b.compute("emb:b", "embedding", update, (*inter_b, a2a_b or ""))
     # replicated tables: all-reduce the looked-up rows' gradients (MAD Max artifact: lookup bytes)
     b.comm("emb:ar_grad", "all_reduce", "embedding", lookup, emb, "ddp", deps=(emb_b,), blocking=False)

@@ -19,6 +19,7 @@ A model knows nothing about parallelism; meshplan.parallel.strategy applies the 
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -30,6 +31,12 @@ from meshplan.specs.base import Count, Natural, Positive, Spec
 InteractionKind = Literal["dot", "cat", "dcnv2", "transformer"]
 EmbeddingOptimizer = Literal["rowwise_adagrad", "adagrad", "sgd"]
 DenseOptimizer = Literal["adagrad", "adam", "sgd"]
+KeyDistribution = Literal["uniform", "unknown"]
+
+#: optimizer state bytes a table row keeps per element (adagrad: an fp32 accumulator per weight)
+#: and per row (row-wise adagrad: one fp32 accumulator a row; FBGEMM's EXACT_ROWWISE_ADAGRAD)
+_STATE_PER_ELEMENT = {"adagrad": 4.0, "rowwise_adagrad": 0.0, "sgd": 0.0}
+_STATE_PER_ROW = {"adagrad": 0.0, "rowwise_adagrad": 4.0, "sgd": 0.0}
 
 _PER_TABLE = ("table_rows", "multi_hot_sizes", "bottom_mlp", "top_mlp", "num_dense_features")
 _UNIFORM = ("num_tables", "rows_per_table", "pooling_factor", "bottom_mlp_layers", "top_mlp_layers", "mlp_width")
@@ -134,6 +141,11 @@ class DLRMModel(Spec):
     bytes_per_dense_param: Positive = 4.0
     embedding_optimizer: EmbeddingOptimizer = "rowwise_adagrad"
     dense_optimizer: DenseOptimizer = "adagrad"
+    # how a batch's keys fall on the table rows (update_bytes): "uniform" as MLPerf DLRM v2's
+    # synthetic multi-hot Criteo (the reference's materialize_synthetic_multihot_dataset.py,
+    # --multi_hot_distribution_type uniform; the default for per-table lists with multi-hot
+    # sizes, which only that dataset has among the public cases), "unknown" otherwise
+    key_distribution: KeyDistribution | None = None
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -206,6 +218,34 @@ class DLRMModel(Spec):
     @property
     def embedding_params(self) -> float:
         return self.total_rows * self.embedding_dim
+
+    @property
+    def keys(self) -> KeyDistribution:
+        if self.key_distribution is not None:
+            return self.key_distribution
+        return "uniform" if self.per_table and max(self.multi_hot_sizes) > 1 else "unknown"
+
+    def distinct_rows(self, batch: float) -> float:
+        """Rows a batch's lookups touch when each key is uniform over its table: a table of r rows
+        looked up L times holds r (1 - e^(-L/r)) distinct rows (balls into bins, expected)."""
+        if self.per_table:
+            tables = zip(self.table_rows, self.multi_hot_sizes)
+        else:
+            tables = [(self.rows_per_table, self.pooling_factor)] * self.num_tables
+        return sum(r * -math.expm1(-batch * hot / r) for r, hot in tables)
+
+    def update_bytes(self, batch: float, grad_bytes: float) -> float:
+        """HBM bytes of the backward's sparse update of a batch over all tables.
+
+        Uniform keys: the fused backward (FBGEMM's TBE, HugeCTR's embedding collection) reads the
+        pooled gradient once per lookup, then for each distinct row reads and writes the row and
+        its optimizer state. Otherwise, as MAD Max's artifact, what the forward lookup reads:
+        skewed production keys repeat rows, and how much is not known from the model."""
+        if self.keys != "uniform":
+            return batch * self.lookup_bytes_per_sample
+        row = self.embedding_dim * (self.bytes_per_emb_param + _STATE_PER_ELEMENT[self.embedding_optimizer])
+        row += _STATE_PER_ROW[self.embedding_optimizer]
+        return 2.0 * row * self.distinct_rows(batch) + batch * self.lookups_per_sample * self.embedding_dim * grad_bytes
 
     @property
     def lookup_bytes_per_sample(self) -> float:
