@@ -295,6 +295,7 @@ def test_mlperf_dcnv2_runs_on_a_dgx():
     ({"devices": 12, "batch": 6144}, "num_devices"),  # not whole nodes
     ({"model": "dlrm-a-moe", "strategy": {"moe": ["ep"]}}, "strategy.moe"),  # 16 experts over 128 GPUs
     ({"precision": "fp4"}, "plan.precision"),
+    ({"framework": "megatron-core"}, "plan.framework"),  # DLRM trainers: torchrec, hugectr
 ])
 def test_bad_dlrm_input_names_the_field(kwargs, field):
     with pytest.raises(MeshplanError) as err:

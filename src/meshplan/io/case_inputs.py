@@ -15,6 +15,7 @@ from meshplan import catalog
 from meshplan.errors import MeshplanError
 from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.dlrm import DLRMModel
+from meshplan.specs.dlrm_scenario import dlrm_framework
 from meshplan.specs.strategy import LAYER_KINDS
 
 _MODEL_FIELDS = (
@@ -413,6 +414,9 @@ def dlrm_case_inputs(case: dict, where: str) -> dict:
         plan["strategy"] = strategy
     if case.get("precision") is not None:
         plan["precision"] = _word(case["precision"])  # the MLPs' matmul precision (SCHEMA.md)
+    trainer = dlrm_framework(case.get("framework"))
+    if trainer:
+        plan["framework"] = trainer
     return {
         "model": model_data,
         "cluster": _word(_get(case, "hardware.cluster", where)),

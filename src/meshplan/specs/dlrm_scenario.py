@@ -13,7 +13,12 @@ from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.strategy import Strategy
 
 #: the plan fields a DLRM takes (parallelism is the per-layer-kind strategy, not tp/pp/dp)
-DLRM_PLAN_FIELDS = ("strategy", "global_batch_size", "precision")
+DLRM_PLAN_FIELDS = ("strategy", "global_batch_size", "precision", "framework")
+#: how a DLRM trainer exchanges embeddings and reduces gradients (meshplan.parallel.strategy):
+#: "torchrec", the default (TorchRec's flat all-to-alls over NCCL, PyTorch DDP's gradient
+#: buckets); "hugectr" (NVIDIA Merlin HugeCTR: hierarchical exchange across nodes, fp16 pooled
+#: embeddings under mixed precision, one grouped gradient all-reduce)
+DLRM_FRAMEWORKS = ("torchrec", "hugectr")
 MATMUL_PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 _COUNT = TypeAdapter(Count)
 
@@ -27,6 +32,7 @@ class DLRMScenario:
     global_batch_size: int  # samples per iteration
     precision: str  # the MLPs' matmul precision
     task: str = "pretrain"  # or "inference": forward only, no gradients or optimizer state
+    framework: str = "torchrec"  # one of DLRM_FRAMEWORKS
 
 
 def _count(field: str, value: object) -> int:
@@ -45,6 +51,17 @@ def default_precision(model: DLRMModel, cluster: Cluster) -> str:
     if model.bytes_per_dense_param >= 4:
         return "tf32" if "tf32" in peaks else "fp32"
     return "fp16" if "fp16" in peaks else "bf16"
+
+
+def dlrm_framework(name: object) -> str | None:
+    """The DLRM trainer a free-text framework names ("NVIDIA Merlin HugeCTR 24.04", "hugectr",
+    "TorchRec"); None for any other."""
+    if not isinstance(name, str):
+        return None
+    lowered = name.lower()
+    if "hugectr" in lowered or "merlin" in lowered:
+        return "hugectr"
+    return "torchrec" if "torchrec" in lowered else None
 
 
 def make_dlrm_scenario(model: DLRMModel, cluster: Cluster, plan: dict, num_devices: object, task: object = None) -> DLRMScenario:
@@ -81,4 +98,7 @@ def make_dlrm_scenario(model: DLRMModel, cluster: Cluster, plan: dict, num_devic
         supported = [p for p in MATMUL_PRECISIONS if p in cluster.device.peak_flop_per_s]
         raise MeshplanError("plan.precision", precision, f"{cluster.device.id} runs {', '.join(supported)}")
     strategy = build(Strategy, plan.get("strategy") or {}, "strategy")
-    return DLRMScenario(model, cluster, devices, strategy, batch, precision, kind)
+    framework = "torchrec" if plan.get("framework") is None else dlrm_framework(plan["framework"])
+    if framework is None:
+        raise MeshplanError("plan.framework", plan["framework"], f"a DLRM trainer: {', '.join(DLRM_FRAMEWORKS)}")
+    return DLRMScenario(model, cluster, devices, strategy, batch, precision, kind, framework)
