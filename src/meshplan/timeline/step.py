@@ -7,7 +7,8 @@ distributed optimizer's parameter all-gather runs ahead of it; interleaved, the 
 it once before its first op instead) and the last one's backward (the gradient reduction runs
 beside it) are scheduled apart. The stages' pass times then go through
 the pipeline schedule (meshplan.timeline.pipeline_schedule); the optimizer step and whatever
-data-parallel communication is not overlapped follow.
+data-parallel communication is not overlapped follow (interleaved, each model chunk's gradient
+reduction runs beside the other chunks' backwards: reduce_tail).
 """
 
 from __future__ import annotations
@@ -259,8 +260,8 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         blocking += gather_s
     group = min(plan.microbatch_group_size or interleave_group(plan.pp, m), m)
     slowdown = Overlap.of(costed).slowdown
-    tails = [reduce_tail(max(r.last_backward.time_s - _handed_on(r), 0.0), w.backward_s + w.weight_s, v, group, slowdown)
-             for r, w in zip(passes, works)]
+    trailing = [max(r.last_backward.time_s - _handed_on(r), 0.0) for r in passes]
+    tails = [reduce_tail(t, w.backward_s + w.weight_s, v, group, slowdown) for t, w in zip(trailing, works)]
     finishes = [end + tail for end, tail in zip(pipe.finish_s, tails)]
     finish = max(finishes)
     step_s = finish + blocking + costed.optimizer_s
@@ -272,7 +273,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     compute_s = m * (r.forward.compute_s + r.backward.compute_s)
     exposed = _exposed(r, m)
     # the trailing reduction the last backward pass counts, as the chunks leave it (reduce_tail)
-    exposed["dp"] += blocking + r.release_s + tails[critical] - max(r.last_backward.time_s - _handed_on(r), 0.0)
+    exposed["dp"] += blocking + r.release_s + tails[critical] - trailing[critical]
     if p2p_s and not overlap_p2p:
         exposed["pp"] += 2.0 * m * program.pp_sends_per_micro_batch * p2p_s
     busy = compute_s + sum(exposed.values()) - blocking
