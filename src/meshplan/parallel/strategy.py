@@ -9,9 +9,8 @@ Comm over the group it spans), with the tasks it waits for, plus the memory it n
 (meshplan.parallel.memory.DLRMMemory). Every device plays the same role (tables and samples are
 spread evenly, MAD Max Sec. 4.2), so one device stands for all.
 
-Each strategy entry takes one network level, innermost first; its group is the devices of that
-level's domain that differ only in that entry (size = the level's fan-out, stride = the product
-of the inner degrees). Collectives per strategy:
+Each strategy entry takes one network level, innermost first, and the group of devices there
+(meshplan.parallel.strategy_layout). Collectives per strategy:
 - ``mp`` embeddings: all-to-all of the pooled embeddings forward and of their gradients backward,
   each device sending (samples of its group) x (its tables) x dim (MAD Max Sec. 4.3), blocking;
   with ``framework: hugectr`` across nodes, hierarchically and in fp16 under mixed precision
@@ -28,7 +27,6 @@ of the inner degrees). Collectives per strategy:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from meshplan.costs.collectives import GroupSpan, group_span
@@ -38,6 +36,7 @@ from meshplan.parallel.memory import (
 )
 from meshplan.parallel.program import Comm
 from meshplan.parallel.shard import ShardedOp
+from meshplan.parallel.strategy_layout import Group, Layout, layout, level_factors
 from meshplan.specs.cluster import Cluster
 from meshplan.specs.device import BYTES_PER_ELEMENT
 from meshplan.specs.dlrm import DLRMModel
@@ -48,14 +47,6 @@ from meshplan.workloads.ops import Block, Graph, Op
 
 #: the mesh axis (the scheduler's category) each strategy entry's collectives run on
 AXIS = {"mp": "mp", "ddp": "dp", "fsdp": "dp", "tp": "tp", "ep": "ep"}
-
-
-@dataclass(frozen=True)
-class Group:
-    """``size`` devices, ``stride`` ranks apart (meshplan.costs.collectives.group_span)."""
-
-    size: int
-    stride: int
 
 
 @dataclass(frozen=True)
@@ -75,30 +66,6 @@ class Task:
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One layer kind's strategy on this cluster: entries, their degrees and groups."""
-
-    kind: str
-    entries: tuple[str, ...]
-    degrees: tuple[int, ...]
-    groups: tuple[Group, ...]
-
-    def degree(self, name: str) -> int:
-        return math.prod(d for e, d in zip(self.entries, self.degrees) if e == name)
-
-    def group(self, name: str) -> Group | None:
-        for e, g in zip(self.entries, self.groups):
-            if e == name and g.size > 1:
-                return g
-        return None
-
-    @property
-    def replicas(self) -> int:
-        """How many ways the batch is split (ddp and fsdp degrees)."""
-        return self.degree("ddp") * self.degree("fsdp")
-
-
-@dataclass(frozen=True)
 class StrategyProgram:
     """One device's iteration under a per-layer-kind strategy."""
 
@@ -112,42 +79,6 @@ class StrategyProgram:
     layouts: dict[str, Layout]
     tasks: tuple[Task, ...]  # in issue order
     memory: DLRMMemory
-
-
-def level_factors(cluster: Cluster, num_devices: int) -> tuple[int, ...]:
-    """How many sub-domains each network level joins for ``num_devices`` (zionex, 128: (8, 16))."""
-    factors, inner = [], 1
-    for level in cluster.levels:
-        domain = min(level.size or num_devices, num_devices)
-        if domain % inner or (level.size is not None and num_devices > level.size and num_devices % level.size):
-            size = level.size or domain
-            raise MeshplanError("num_devices", num_devices, f"spans whole {level.name} domains of {size} devices on {cluster.id}; use a multiple of {size}")
-        if domain // inner > 1:
-            factors.append(domain // inner)
-        inner = domain
-        if inner >= num_devices:
-            break
-    return tuple(factors) or (1,)
-
-
-def layout(kind: str, entries: tuple[str, ...], factors: tuple[int, ...], num_devices: int, label: str) -> Layout:
-    """Degrees and groups of a strategy tuple: entry i takes level i, the last all levels beyond."""
-    if len(entries) == 1:
-        degrees = (num_devices,)
-    elif len(entries) > len(factors):
-        raise MeshplanError(
-            f"strategy.{kind}", label,
-            f"{len(entries)} levels, but {num_devices} devices span {len(factors)} network level(s) {factors}; "
-            "give one entry per level, innermost first",
-        )
-    else:
-        head = factors[: len(entries) - 1]
-        degrees = (*head, num_devices // math.prod(head))
-    groups, stride = [], 1
-    for d in degrees:
-        groups.append(Group(d, stride))
-        stride *= d
-    return Layout(kind, entries, degrees, tuple(groups))
 
 
 def _sharded(op: Op, nbytes: float = 0.0, flop: float = 0.0) -> ShardedOp:
