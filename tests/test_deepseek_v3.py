@@ -33,3 +33,54 @@ def test_what_dualpipe_and_the_hierarchical_dispatch_are_worth():
     assert one_f_one_b < 0.85 * dualpipe
     assert flat < 0.8 * dualpipe
     assert paired.breakdown.exposed_comm_s["ep"] < 0.6 * blocking.breakdown.exposed_comm_s["ep"]
+
+
+#: DeepSeek-V3 as Megatron-Bridge trains it on 256 GB200s (its 4 x 4 pipeline)
+BRIDGE = dict(num_devices=256, tp=1, pp=4, virtual_pipeline_stages=4, ep=64, zero_stage=1, global_batch_size=2048,
+              micro_batch_size=1, precision="fp8", seq_len=4096)
+
+
+def _deepseek(mtp: int) -> dict:
+    return {**meshplan.catalog.model("deepseek-v3").model_dump(), "mtp_layers": mtp}
+
+
+def test_the_mtp_module_runs_on_the_last_stage_and_a_layout_makes_room_for_it():
+    """The multi-token-prediction module (DeepSeek-V3 Sec. 2.2) adds a MoE layer, a projection and
+    a second output head and loss to the last pipeline stage, which then paces the pipeline (13%
+    on the step); Megatron-Bridge's layout gives that chunk one decoder layer
+    (Et*4|(t*4|)*14,tmL) and wins back a third of it."""
+    without = meshplan.estimate(_deepseek(0), "gb200-nvl72", **BRIDGE)
+    with_mtp = meshplan.estimate(_deepseek(1), "gb200-nvl72", **BRIDGE)
+    laid = meshplan.estimate(_deepseek(1), "gb200-nvl72", pipeline_layout="Et*4|(t*4|)*14,tmL", **BRIDGE)
+    assert (without.stage_layers, with_mtp.stage_layers, laid.stage_layers) == ((15, 16, 16, 14), (15, 16, 16, 15), (16, 16, 16, 14))
+    assert with_mtp.step_time_s > 1.08 * without.step_time_s
+    assert without.step_time_s < laid.step_time_s < 0.97 * with_mtp.step_time_s
+    # the module's weights (its MoE layer, projection, norms and embedding copy) sit on the last stage
+    last = [r for r in with_mtp.roles if r.name == "last"][0]
+    plain = [r for r in without.roles if r.name == "last"][0]
+    assert last.memory.weights_bytes > plain.memory.weights_bytes
+
+
+def test_one_stage_shares_its_embedding_with_the_mtp_module_and_serving_skips_it():
+    from meshplan.parallel.program import build_program
+    from meshplan import api
+    plan = dict(tp=8, ep=8, expert_tp=1, sequence_parallel=True, global_batch_size=8, micro_batch_size=1, seq_len=1024)
+    with_mtp = build_program(api.scenario(_deepseek(1), "dgx-h100", plan, 8)).roles[0]
+    without = build_program(api.scenario(_deepseek(0), "dgx-h100", plan, 8)).roles[0]
+    model = meshplan.catalog.model("deepseek-v3")
+    copy = model.embedding_params / 8  # vocab-parallel over tp 8
+    assert with_mtp.params - without.params == pytest.approx(model.mtp_params / 8 - copy, rel=0.02)
+    task = {"kind": "inference", "batch_size": 8, "prompt_len": 512, "output_len": 16}
+    served = meshplan.estimate(_deepseek(1), "dgx-h200", num_devices=8, tp=8, task=task)
+    plain = meshplan.estimate(_deepseek(0), "dgx-h200", num_devices=8, tp=8, task=task)
+    assert (served.ttft_s, served.tpot_s) == pytest.approx((plain.ttft_s, plain.tpot_s), rel=1e-12)
+
+
+@pytest.mark.parametrize(("layout", "says"), [
+    ("Et*4m|(t*4|)*14,tL", "in the last chunk"),
+    ("Et*4|(t*4|)*14,tmmL", "2 multi-token-prediction layers"),
+])
+def test_a_layout_places_the_mtp_module_last(layout, says):
+    with pytest.raises(meshplan.MeshplanError) as err:
+        meshplan.estimate(_deepseek(1), "gb200-nvl72", pipeline_layout=layout, **BRIDGE)
+    assert err.value.field == "plan.pipeline_layout" and says in err.value.valid

@@ -220,6 +220,11 @@ def test_deepseek_v3_fields():
     assert (model.moe.num_experts, model.moe.top_k, model.moe.shared_experts, model.moe.first_dense_layers) == (256, 8, 1, 3)
     assert model.mla.kv_lora_rank == 512 and model.mla.q_lora_rank == 1536
     assert model.ffn_hidden_size == 18432 and model.moe.expert_ffn_hidden_size == 2048
+    assert model.mtp_layers == 1  # num_nextn_predict_layers
+    assert model_from_hf_config(config("llama3-8b")).mtp_layers == 0
+    with pytest.raises(MeshplanError) as err:
+        model_from_hf_config(config("llama3-8b") | {"num_nextn_predict_layers": -1})
+    assert err.value.field == "num_nextn_predict_layers"
 
 
 def test_kv_heads_must_divide_heads():

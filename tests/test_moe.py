@@ -26,7 +26,18 @@ def test_catalog_moe_parameters(model_id, total, active, rel):
     model = catalog.model(model_id)
     assert model.num_params == pytest.approx(total, rel=rel)
     assert model.active_params == pytest.approx(active, rel=max(rel, 0.02) if model_id != "madmax-llm-moe-1.8t" else 0.1)
-    assert lower(model, 1, 16).params == pytest.approx(model.num_params, rel=1e-12)
+    assert lower(model, 1, 16).params == pytest.approx(model.num_params + model.mtp_params, rel=1e-12)
+
+
+def test_deepseek_v3_multi_token_prediction_weights():
+    """DeepSeek-V3's Hugging Face card: 685B in all, 671B of the main model and 14B of the MTP
+    module, whose checkpoint keeps its own embedding and output head; meshplan's module (one
+    MoE layer, the 2h-to-h projection, norms, the embedding copy, the head shared) plus that
+    head copy comes to 13.4B. Serving leaves the module out."""
+    model = catalog.model("deepseek-v3")
+    assert model.mtp_layers == 1
+    assert model.mtp_params + model.embedding_params == pytest.approx(14e9, rel=0.05)
+    assert lower(model, 1, 16, logits_per_sequence=1).params == pytest.approx(model.num_params, rel=1e-12)
 
 
 def test_expert_parallelism_adds_all_to_all_and_splits_experts():

@@ -165,6 +165,8 @@ def model_from_hf_config(
         spec.pop("head_dim", None)
     if config.get(family.positions) is not None:
         spec["seq_len"] = min(_size(config, family.positions, where), SEQ_LEN_CAP)
+    if config.get("num_nextn_predict_layers"):  # DeepSeek-V3's multi-token-prediction modules
+        spec["mtp_layers"] = _size(config, "num_nextn_predict_layers", where)
     if path is not None:
         spec["sources"] = {"hf_config": str(path)}
     elif isinstance(config.get("_name_or_path"), str) and config["_name_or_path"]:

@@ -354,6 +354,9 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
     has_head, has_tail = stage == 0, stage == pp - 1
     head_ops = graph.head.ops if has_head else ()
     tail_ops = graph.tail.ops if has_tail else ()
+    if has_head:  # the multi-token-prediction modules look up the stage's own embedding table
+        tail_ops = tuple(replace(op, params=0.0) if op.kind == "lookup" else op for op in tail_ops)
+    mtp = s.model.mtp_layers if tail_ops else 0
     head_comms = (Comm("tp", "reduce_scatter" if sp else "all_reduce", x_bytes, 1, spans["tp"]),) if head_ops and tp > 1 else ()
     tail_comms: tuple[Comm, ...] = ()
     if not tail_ops:  # a block model has no output layer
@@ -369,9 +372,13 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
     elif has_tail and tp > 1:
         # logits input gathered (sp), and the three small all-reduces of the vocab-parallel
         # cross-entropy (max, sum of exp, target logit) over tokens in fp32
-        tail_comms = (Comm("tp", "all_reduce", graph.tokens / cp * 4.0, 3, spans["tp"]),)
+        # (each multi-token-prediction module repeats them, and reduces its embedding lookup
+        # as the first stage does)
+        tail_comms = (Comm("tp", "all_reduce", graph.tokens / cp * 4.0, 3 * (1 + mtp), spans["tp"]),)
         if sp:
-            tail_comms += (Comm("tp", "all_gather", x_bytes, 1, spans["tp"]),)
+            tail_comms += (Comm("tp", "all_gather", x_bytes, 1 + mtp, spans["tp"]),)
+        if mtp:
+            tail_comms += (Comm("tp", "reduce_scatter" if sp else "all_reduce", x_bytes, mtp, spans["tp"]),)
     edge_params = sum(param_share(op, tp) for op in (*head_ops, *tail_ops))
     params = edge_params + sum((kinds[k].params + kinds[k].expert_params) * n for k, n, _ in counts)
     expert = sum(kinds[k].expert_params * n for k, n, _ in counts)

@@ -101,6 +101,14 @@ class TransformerModel(Spec):
     block: BlockKind = "layer"
     moe: MoE | None = None
     mla: MLA | None = None
+    # multi-token-prediction modules trained with the model (DeepSeek-V3 technical report, arXiv
+    # 2412.19437, Sec. 2.2 and Fig. 3; Megatron-Core mtp_num_layers, Hugging Face
+    # num_nextn_predict_layers): each predicts one more token ahead from the previous depth's
+    # hidden state and the next token's embedding, projected from 2h to h, through one more
+    # decoder layer of the model's last kind and the shared output head and loss. They run after
+    # the decoder layers, on the last pipeline stage, and are not in num_params (DeepSeek-V3's
+    # 671B leave its 14B of them out)
+    mtp_layers: Natural = 0
     sources: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -136,6 +144,8 @@ class TransformerModel(Spec):
             raise MeshplanError("num_layers", self.num_layers, f"1: block {self.block!r} is one block of one decoder layer")
         if self.block != "layer" and self.moe:
             raise MeshplanError("block", self.block, "'layer' for a mixture-of-experts model (blocks are dense)")
+        if self.block != "layer" and self.mtp_layers:
+            raise MeshplanError("mtp_layers", self.mtp_layers, f"0: block {self.block!r} has no output head to predict from")
         if self.num_attention_heads % self.kv_heads:
             raise MeshplanError("num_kv_heads", self.kv_heads, f"a divisor of num_attention_heads ({self.num_attention_heads})")
         return self
@@ -235,6 +245,19 @@ class TransformerModel(Spec):
         moe_layer = self.attention_params + self.moe_mlp_params + self.norm_params_per_layer
         layers = self.dense_layers * self.params_per_layer + (self.num_layers - self.dense_layers) * moe_layer
         return layers + self.embedding_params + head + final_norm
+
+    @property
+    def mtp_params(self) -> int:
+        """Weights of the multi-token-prediction modules as a pipeline's last stage holds them:
+        each one's decoder layer (the model's last kind), its 2h-to-h projection and three norms,
+        and a copy of the embedding table (unless tied to the output head, which is the model's
+        own)."""
+        if not self.mtp_layers:
+            return 0
+        norm = (2 if self.norm == "layernorm" else 1) * self.hidden_size
+        layer = self.attention_params + self.norm_params_per_layer + (self.moe_mlp_params if self.moe else self.mlp_params)
+        copy = 0 if self.tied_embeddings else self.embedding_params
+        return self.mtp_layers * (layer + 2 * self.hidden_size ** 2 + 3 * norm + copy)
 
     @property
     def active_params(self) -> int:

@@ -68,7 +68,8 @@ class Scenario:
 
     def __post_init__(self):
         if not self.chunk_layers:
-            chunks, rule = pipeline_layout(self.model.pipeline_layers, self.plan, self.model.id, self.model.block == "layer")
+            chunks, rule = pipeline_layout(self.model.pipeline_layers, self.plan, self.model.id, self.model.block == "layer",
+                                           training_mtp(self.model, self.task))
             object.__setattr__(self, "chunk_layers", chunks)
             object.__setattr__(self, "pipeline_split", rule)
 
@@ -177,7 +178,7 @@ def make_scenario(
     for width in m.ffn_widths:  # the FFN's hidden dimension is split over tp (Megatron-LM)
         if width % p.tp:
             raise MeshplanError("plan.tp", p.tp, f"must divide the FFN hidden size ({width}) of {m.id}")
-    chunk_layers, split = pipeline_layout(m.pipeline_layers, p, m.id, m.block == "layer")
+    chunk_layers, split = pipeline_layout(m.pipeline_layers, p, m.id, m.block == "layer", training_mtp(m, task or Task()))
     if p.virtual_pipeline_stages > 1 and p.pp == 1:
         raise MeshplanError("plan.virtual_pipeline_stages", p.virtual_pipeline_stages, "needs pp > 1")
     if p.virtual_pipeline_stages > 1 and p.schedule != "1f1b":
@@ -254,9 +255,16 @@ def _check_activation_offload(p: Plan, model, cluster: Cluster, task: Task) -> N
                             hint="give the cluster a host: {memory_bytes, memory_bytes_per_s, link_bytes_per_s, ...}")
 
 
-def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bool = True) -> tuple[tuple[int, ...], str]:
+def training_mtp(model: TransformerModel, task: Task) -> int:
+    """The multi-token-prediction layers a task runs: the model's in training, none in serving."""
+    return 0 if task.kind == "inference" else model.mtp_layers
+
+
+def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bool = True, mtp: int = 0) -> tuple[tuple[int, ...], str]:
     """Decoder layers of each model chunk (pp x virtual stages, in pipeline order) and how they
-    were split.
+    were split. The ``mtp`` multi-token-prediction layers go to the last chunk after its decoder
+    layers, where Megatron-Core runs them (its MTP block is part of the last stage's
+    post-processing); a layout may place them there itself (m).
 
     Rank r holds chunks r, r + pp, r + 2pp, ... (interleaved 1F1B, Narayanan et al. SC21
     Sec. 2.2.2). Four rules, as the frameworks split:
@@ -276,13 +284,19 @@ def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bo
     A block model (``edges`` false: no embedding or output layer) splits its einsums the same
     way with no slots for them.
     """
-    pp, v = p.pp, p.virtual_pipeline_stages
-    chunks = pp * v
     if p.pipeline_layout is not None:
         if p.first_stage_layers is not None or p.last_stage_layers is not None:
             raise MeshplanError("plan.pipeline_layout", p.pipeline_layout,
                                 "a layout or first/last_stage_layers, not both: the layout already places every layer")
-        return _given_layout(num_layers, p, model_id, edges), LAYOUT_SPLIT
+        return _given_layout(num_layers, p, model_id, edges, mtp), LAYOUT_SPLIT
+    layers, rule = _split(num_layers, p, model_id, edges)
+    return (*layers[:-1], layers[-1] + mtp), rule
+
+
+def _split(num_layers: int, p: Plan, model_id: str, edges: bool) -> tuple[tuple[int, ...], str]:
+    """The decoder layers per chunk without a layout (pipeline_layout's other three rules)."""
+    pp, v = p.pp, p.virtual_pipeline_stages
+    chunks = pp * v
     if p.first_stage_layers is not None or p.last_stage_layers is not None:
         return _given_split(num_layers, p), GIVEN_SPLIT
     if num_layers % chunks == 0:
@@ -307,12 +321,13 @@ def pipeline_layout(num_layers: int, p: Plan, model_id: str = "model", edges: bo
     return tuple(layers), WEIGHTED_SPLIT
 
 
-def _given_layout(num_layers: int, p: Plan, model_id: str, edges: bool) -> tuple[int, ...]:
+def _given_layout(num_layers: int, p: Plan, model_id: str, edges: bool, mtp: int = 0) -> tuple[int, ...]:
     """Decoder layers per chunk from ``plan.pipeline_layout``, checked as Megatron-Core checks it
     (PipelineParallelLayerLayout.__init__ and validate_layer_layout): pp x virtual_pipeline_stages
     chunks, the embedding first and the loss last, once each, and every decoder layer of the
-    model. meshplan also needs a decoder layer on every pipeline rank (a rank's work is its
-    layers) and does not model multi-token-prediction layers."""
+    model. The model's ``mtp`` multi-token-prediction layers (m) sit in the last chunk; a layout
+    that leaves them out gets them there. meshplan also needs a decoder layer on every pipeline
+    rank (a rank's work is its layers)."""
     chunks = parse_pipeline_layout(p.pipeline_layout)
     field, layout = "plan.pipeline_layout", p.pipeline_layout
     flat = "".join(chunks)
@@ -320,8 +335,11 @@ def _given_layout(num_layers: int, p: Plan, model_id: str, edges: bool) -> tuple
     if len(chunks) != expected:
         raise MeshplanError(field, layout, f"{len(chunks)} model chunks; the plan has pp ({p.pp}) x "
                                            f"virtual_pipeline_stages ({p.virtual_pipeline_stages}) = {expected}")
-    if "m" in flat:
-        raise MeshplanError(field, layout, "multi-token-prediction layers (m) are not modelled; leave them out of the layout")
+    if "m" in flat and flat.count("m") != mtp:
+        raise MeshplanError(field, layout, f"{flat.count('m')} multi-token-prediction layers (m); {model_id} trains {mtp} "
+                                           "(list that many, or none: they go to the last chunk)")
+    if "m" in "".join(chunks[:-1]):
+        raise MeshplanError(field, layout, "multi-token-prediction layers (m) run on the last stage: list them in the last chunk")
     if not edges and ("E" in flat or "L" in flat):
         raise MeshplanError(field, layout, f"{model_id} has no embedding or loss: list its layers as t only")
     if edges and (flat.count("E") != 1 or flat.count("L") != 1 or flat[0] != "E" or flat[-1] != "L"):
@@ -333,7 +351,7 @@ def _given_layout(num_layers: int, p: Plan, model_id: str, edges: bool) -> tuple
     ranks = [sum(layers[r::p.pp]) for r in range(p.pp)]
     if min(ranks) < 1:
         raise MeshplanError(field, layout, f"every pipeline rank needs a decoder layer; this layout gives the ranks {ranks}")
-    return layers
+    return (*layers[:-1], layers[-1] + mtp)
 
 
 def _given_split(num_layers: int, p: Plan) -> tuple[int, ...]:

@@ -253,8 +253,11 @@ def decoder_layer(
 
 
 def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None,
-                 eager: bool = False) -> tuple[Block, ...]:
-    """The decoder layer kinds in order, with their counts (dense first, then MoE)."""
+                 eager: bool = False, mtp: bool = False) -> tuple[Block, ...]:
+    """The decoder layer kinds in order, with their counts (dense first, then MoE); with ``mtp``
+    the last kind counts the multi-token-prediction modules' layers too, which follow the
+    decoder's (DeepSeek-V3 report Sec. 2.2: each module's transformer block is one more layer of
+    the model's)."""
     dense = model.dense_layers
     blocks = []
     if dense:
@@ -262,6 +265,8 @@ def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_by
     if model.moe and model.num_layers > dense:
         blocks.append(Block("moe_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=True, eager=eager),
                             model.num_layers - dense))
+    if mtp and model.mtp_layers:
+        blocks[-1] = replace(blocks[-1], count=blocks[-1].count + model.mtp_layers)
     return tuple(blocks)
 
 
@@ -306,6 +311,28 @@ def cross_entropy_op(tokens: float, vocab: float, act_bytes: float, fused: bool)
               saved=(Saved("logits_fp32", 4.0 * tokens * vocab, "tp"),), memory_class="softmax")
 
 
+def _mtp_ops(model: TransformerModel, depth: int, tokens: float, act_bytes: float, fused_loss: bool, eager: bool) -> tuple[Op, ...]:
+    """A multi-token-prediction module's ops besides its decoder layer (layer_blocks counts that):
+    the next tokens' embeddings (the shared table, which the last pipeline stage holds a copy of,
+    as Megatron-Core's GPTModel builds its embedding where the MTP runs, unless tied: then the
+    stage's output weight is that table), RMSNorm of them and of
+    the previous depth's hidden state, their concatenation projected from 2h to h, and after the
+    layer the final norm and the shared output head and its loss (DeepSeek-V3 report Sec. 2.2,
+    Eqs. 21-25)."""
+    h, v = float(model.hidden_size), float(model.vocab_size)
+    x = tokens * h * act_bytes
+    name = f"mtp{depth}"
+    return (
+        Op(f"{name}_embedding", "lookup", "tp", bytes=2.0 * x, params=0.0 if model.tied_embeddings else v * h),
+        _norm(f"{name}_norm_embedding", tokens, h, act_bytes, model, eager),
+        _norm(f"{name}_norm_hidden", tokens, h, act_bytes, model, eager),
+        _matmul(f"{name}_proj", tokens, 2.0 * h, h, "n", 2.0 * h * h, (Saved(f"{name}_proj_in", 2.0 * x, "sp"),)),
+        _norm(f"{name}_norm_final", tokens, h, act_bytes, model, eager),
+        _matmul(f"{name}_logits", tokens, h, v, "n", 0.0, (Saved(f"{name}_logits_in", x, "sp"),), low_precision=False),
+        replace(cross_entropy_op(tokens, v, act_bytes, fused_loss), name=f"{name}_cross_entropy"),
+    )
+
+
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True,
           kv_len: int | None = None, logits_per_sequence: int | None = None, fused_loss: bool = False, eager: bool = False) -> Graph:
     """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss; of a
@@ -315,7 +342,9 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     ``kv_len`` keys (layer_blocks), and only the last ``logits_per_sequence`` positions of each
     sequence go through the final norm, logits and sampling (default: every position, as in
     training). ``fused_loss``: the cross-entropy is one fused kernel (cross_entropy_op);
-    ``eager``: norms and rotary embeddings run op by op (_norm, _rotary).
+    ``eager``: norms and rotary embeddings run op by op (_norm, _rotary). Training (every
+    position's logits) runs the model's multi-token-prediction modules after the decoder (_mtp_ops;
+    serving leaves them out).
     """
     if model.block != "layer":  # one block, no embedding, output layer or loss
         kv = kv_len or seq_len
@@ -334,6 +363,7 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
         ),
         1,
     )
+    training = logits_per_sequence is None
     t = float(micro_batch * (logits_per_sequence or seq_len))  # positions the output layer runs on
     x = t * h * act_bytes
     tail = Block(
@@ -342,8 +372,9 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
             _norm("norm_final", t, h, act_bytes, model, eager),
             _matmul("logits", t, h, v, "n", 0.0 if model.tied_embeddings else v * h, (Saved("logits_in", x, "sp"),), low_precision=False),
             cross_entropy_op(t, v, act_bytes, fused_loss),
+            *(op for depth in range(model.mtp_layers if training else 0) for op in _mtp_ops(model, depth, t, act_bytes, fused_loss, eager)),
         ),
         1,
     )
-    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager)
+    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, mtp=training)
     return Graph(head=head, blocks=blocks, tail=tail, tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)
