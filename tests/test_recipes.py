@@ -28,12 +28,16 @@ QWEN = {
 
 #: the switches recipes.yaml may set: each is a key meshplan.io.case_inputs reads
 READ_KEYS = {"cross_entropy_loss_fusion", "moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers", "use_megatron_fsdp",
-             "recompute_modules", "fp8_param_gather", "fp4_param_gather"}
+             "recompute_modules", "fp8_param_gather", "fp4_param_gather", "mtp_num_layers", "expert_tensor_parallel_size",
+             "overlap_grad_reduce", "pipeline_model_parallel_layout"}
 
 
 #: every Megatron-Bridge run fuses its loss with Transformer Engine's kernel (recipes.yaml's first
 #: entry)
 LOSS = {"cross_entropy_loss_fusion": True}
+
+#: and every DeepSeek-V3 run trains its MTP module with whole experts
+DEEPSEEK = {"mtp_num_layers": 1, "expert_tensor_parallel_size": 1}
 
 
 def changed(base: dict, **changes) -> dict:
@@ -117,9 +121,33 @@ def test_gpt_oss_recomputes_norms_and_expert_activations_and_its_gb200_v2_recipe
 def test_deepseek_v3_keeps_bf16_moments_unless_fully_sharded():
     deepseek = changed(QWEN, model__name="DeepSeek-V3", hardware__cluster="gb200-nvl72",
                        source="NVIDIA Megatron-Bridge performance summary, NeMo container 25.11")
-    assert recipe_switches(deepseek)[0] == {**LOSS, "exp_avg_dtype": "bf16"}
+    assert recipe_switches(deepseek)[0] == {**LOSS, **DEEPSEEK, "exp_avg_dtype": "bf16"}
     assert case_inputs(deepseek, "d")["plan"]["optimizer_state"] == "bf16_moments"
-    assert recipe_switches(changed(deepseek, parallelism__zero_stage=3))[0] == LOSS
+    assert recipe_switches(changed(deepseek, parallelism__zero_stage=3))[0] == {**LOSS, **DEEPSEEK}
+
+
+def test_deepseek_v3_trains_its_mtp_module_keeps_experts_whole_and_lays_the_pipeline_out():
+    """Every DeepSeek-V3 recipe trains one multi-token-prediction module with expert tensor
+    parallelism 1; its layout by pp x vpp (here 8 x 4 on H100, which also leaves the gradient
+    reduction after the backward) puts the module and the loss with one layer in the last chunk."""
+    deepseek = changed(QWEN, model__name="DeepSeek-V3", model__num_layers=61, model__hidden_size=7168,
+                       model__num_attention_heads=128, model__vocab_size=129280, model__ffn_hidden_size=18432,
+                       model__moe={"num_experts": 256, "top_k": 8, "expert_ffn_hidden_size": 2048, "shared_experts": 1,
+                                   "first_dense_layers": 3},
+                       source="NVIDIA Megatron-Bridge performance summary, NeMo container 26.04.01",
+                       parallelism__ep=64, parallelism__dp=64, hardware__num_devices=1024)
+    switches = recipe_switches(deepseek)[0]
+    assert switches["pipeline_model_parallel_layout"] == "Et|(tt|)*30mL" and switches["overlap_grad_reduce"] is False
+    inputs = case_inputs(deepseek, "d")
+    assert inputs["model"]["mtp_layers"] == 1
+    plan = inputs["plan"]
+    assert (plan["expert_tp"], plan["overlap_grad_reduce"], plan["pipeline_layout"]) == (1, False, "Et|(tt|)*30mL")
+    result = run_case(deepseek, 0)
+    assert result.error is None and "mtp_num_layers 1" in result.note
+    for pp, vp, last in ((4, 4, "tmL"), (2, 8, "tmL"), (16, 1, "tmL"), (8, 1, "t*5mL"), (4, 1, "t*13mL")):
+        laid = recipe_switches(changed(deepseek, hardware__cluster="gb200-nvl72", parallelism__pp=pp,
+                                       parallelism__virtual_pipeline_stages=vp))[0]
+        assert laid["pipeline_model_parallel_layout"].endswith(last) and "overlap_grad_reduce" not in laid
 
 
 def test_nvl72_mxfp8_moe_recipes_replay_the_iteration_as_cuda_graphs_from_26_06():

@@ -315,6 +315,13 @@ def case_inputs(case: dict, where: str) -> dict:
     par = case.get("parallelism") or {}
     if isinstance(par, dict):  # a Megatron-Bridge recipe's switches, under the case's own keys
         par = {**recipe_switches(case)[0], **par}
+    # multi-token-prediction modules trained with it: the model's (Hugging Face's name too), or
+    # the run's (Megatron-Core's mtp_num_layers)
+    mtp = _option(model, "mtp_layers", model.get("num_nextn_predict_layers"))
+    if mtp is None and isinstance(par, dict):
+        mtp = par.get("mtp_num_layers")
+    if mtp is not None:
+        model_data["mtp_layers"] = mtp
     hardware = _get(case, "hardware", where)
     seq_len = _get(case, "batch.seq_len", where)  # the run's own: a model's default would be a guess
     if seq_len is None:
@@ -351,6 +358,9 @@ def case_inputs(case: dict, where: str) -> dict:
     ep_overlap = _option(par, "ep_overlap", par.get("moe_a2a_overlap", par.get("overlap_moe_expert_parallel_comm")))
     if ep_overlap is not None:  # the expert all-to-alls beside another micro-batch's compute (Megatron-Core's name too)
         plan["ep_overlap"] = _ep_overlap(ep_overlap)
+    expert_tp = _option(par, "expert_tp", par.get("expert_tensor_parallel_size"))
+    if expert_tp is not None:  # tensor parallelism inside each routed expert (Megatron-Core's name too)
+        plan["expert_tp"] = expert_tp
     dispatch = _option(par, "ep_dispatch", par.get("moe_token_dispatcher_type"))
     if dispatch is not None:  # and the dispatcher that carried them
         plan["ep_dispatch"] = _lookup(_DISPATCHERS, _word(dispatch), _word(dispatch))
@@ -373,6 +383,9 @@ def case_inputs(case: dict, where: str) -> dict:
     modules = _option(par, "recompute_modules", None)
     if modules is not None and plan["recompute"] in ("none", "selective"):  # Megatron-Core reads them under selective granularity only
         plan.update(recompute="selective", selective_recompute="modules", recompute_modules=modules)
+    grad_reduce = _option(par, "overlap_grad_reduce", None)
+    if grad_reduce is not None:  # gradients reduced beside the last backward, or after it
+        plan["overlap_grad_reduce"] = grad_reduce
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
         plan["cuda_graphs"] = _word(graphs)
