@@ -314,11 +314,10 @@ def cross_entropy_op(tokens: float, vocab: float, act_bytes: float, fused: bool)
 def _mtp_ops(model: TransformerModel, depth: int, tokens: float, act_bytes: float, fused_loss: bool, eager: bool) -> tuple[Op, ...]:
     """A multi-token-prediction module's ops besides its decoder layer (layer_blocks counts that):
     the next tokens' embeddings (the shared table, which the last pipeline stage holds a copy of,
-    as Megatron-Core's GPTModel builds its embedding where the MTP runs, unless tied: then the
-    stage's output weight is that table), RMSNorm of them and of
-    the previous depth's hidden state, their concatenation projected from 2h to h, and after the
-    layer the final norm and the shared output head and its loss (DeepSeek-V3 report Sec. 2.2,
-    Eqs. 21-25)."""
+    as Megatron-Core's GPTModel builds its embedding where the MTP runs; tied, the stage's output
+    weight is that table), RMSNorm of them and of the previous depth's hidden state, their
+    concatenation projected from 2h to h, and after the layer the final norm and the shared
+    output head and its loss (DeepSeek-V3 report Sec. 2.2, Eqs. 21-25)."""
     h, v = float(model.hidden_size), float(model.vocab_size)
     x = tokens * h * act_bytes
     name = f"mtp{depth}"
