@@ -29,15 +29,15 @@ QWEN = {
 #: the switches recipes.yaml may set: each is a key meshplan.io.case_inputs reads
 READ_KEYS = {"cross_entropy_loss_fusion", "moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers", "use_megatron_fsdp",
              "recompute_modules", "fp8_param_gather", "fp4_param_gather", "mtp_num_layers", "expert_tensor_parallel_size",
-             "overlap_grad_reduce", "pipeline_model_parallel_layout"}
+             "overlap_grad_reduce", "pipeline_model_parallel_layout", "tp_comm_overlap"}
 
 
 #: every Megatron-Bridge run fuses its loss with Transformer Engine's kernel (recipes.yaml's first
 #: entry)
 LOSS = {"cross_entropy_loss_fusion": True}
 
-#: and every DeepSeek-V3 run trains its MTP module with whole experts
-DEEPSEEK = {"mtp_num_layers": 1, "expert_tensor_parallel_size": 1}
+#: and every DeepSeek-V3 run trains its MTP module with whole experts and no userbuffers overlap
+DEEPSEEK = {"mtp_num_layers": 1, "expert_tensor_parallel_size": 1, "tp_comm_overlap": False}
 
 
 def changed(base: dict, **changes) -> dict:
@@ -128,7 +128,7 @@ def test_deepseek_v3_keeps_bf16_moments_unless_fully_sharded():
 
 def test_deepseek_v3_trains_its_mtp_module_keeps_experts_whole_and_lays_the_pipeline_out():
     """Every DeepSeek-V3 recipe trains one multi-token-prediction module with expert tensor
-    parallelism 1; its layout by pp x vpp (here 8 x 4 on H100, which also leaves the gradient
+    parallelism 1 and leaves its tensor-parallel collectives unpipelined; its layout by pp x vpp (here 8 x 4 on H100, which also leaves the gradient
     reduction after the backward) puts the module and the loss with one layer in the last chunk."""
     deepseek = changed(QWEN, model__name="DeepSeek-V3", model__num_layers=61, model__hidden_size=7168,
                        model__num_attention_heads=128, model__vocab_size=129280, model__ffn_hidden_size=18432,
@@ -142,6 +142,7 @@ def test_deepseek_v3_trains_its_mtp_module_keeps_experts_whole_and_lays_the_pipe
     assert inputs["model"]["mtp_layers"] == 1
     plan = inputs["plan"]
     assert (plan["expert_tp"], plan["overlap_grad_reduce"], plan["pipeline_layout"]) == (1, False, "Et|(tt|)*30mL")
+    assert plan["tp_overlap"] == "none"  # the megatron-core preset pipelines them (userbuffers)
     result = run_case(deepseek, 0)
     assert result.error is None and "mtp_num_layers 1" in result.note
     for pp, vp, last in ((4, 4, "tmL"), (2, 8, "tmL"), (16, 1, "tmL"), (8, 1, "t*5mL"), (4, 1, "t*13mL")):

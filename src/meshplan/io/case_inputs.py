@@ -279,6 +279,11 @@ def _lookup(table: dict, key, default):
         return default
 
 
+#: Megatron-Core's tp_comm_overlap switch as Plan.tp_overlap: userbuffers' ring-exchange GEMMs
+#: pipeline each tensor-parallel collective in chunks, or none does
+_TP_COMM_OVERLAP = {True: "pipelined", False: "none"}
+
+
 def _ep_overlap(value):
     """Plan.ep_overlap from a case: meshplan's word, or Megatron-Core's boolean switch."""
     if isinstance(value, bool):
@@ -352,7 +357,7 @@ def case_inputs(case: dict, where: str) -> dict:
     group = _option(par, "microbatch_group_size", par.get("microbatch_group_size_per_vp_stage"))
     if group is not None:  # and the interleaved group it ran (Megatron-Core's name too)
         plan["microbatch_group_size"] = group
-    tp_overlap = _option(par, "tp_overlap", None)
+    tp_overlap = _option(par, "tp_overlap", _TP_COMM_OVERLAP.get(par.get("tp_comm_overlap")))
     if tp_overlap is not None:  # how its tensor-parallel collectives ran (async TP: pipelined)
         plan["tp_overlap"] = _word(tp_overlap)
     ep_overlap = _option(par, "ep_overlap", par.get("moe_a2a_overlap", par.get("overlap_moe_expert_parallel_comm")))
