@@ -248,6 +248,22 @@ def test_expert_all_to_all_paired():
     assert paired == pytest.approx(12.0)
 
 
+def test_paired_tensor_parallel_collectives_hold_the_compute_stream():
+    """The same layer with a 1 s tensor-parallel collective closing the attention forward and
+    opening its backward, not pipelined. Megatron-Core's combined 1F1B puts only the dispatch and
+    combine on the communication stream (model_chunk_schedule_plan.py), so these run in the
+    attention nodes on the compute stream: a [0,2], its reduce-scatter [2,3], e' [3,7], e [7,9],
+    the backward's all-gather [9,10], a' [10,14]: 14, against 18 alone. Beside the other
+    micro-batch's compute they had given 12."""
+    layer = [Layer("moe", (half("attn", [op("a", 2, 4)], close_s=1.0, open_back_s=1.0),
+                           half("ffn", [op("e", 2, 4, expert=True)], dispatch_s=1.0)), 1, 0, 1.0)]
+    alone = schedule_pass(forward_pass("f", layer, None, None, no_dp(), overlap())).time_s
+    alone += schedule_pass(backward_pass("b", layer, None, None, no_dp(), overlap(), False, True)).time_s
+    paired = schedule_pass(paired_pass("fb", layer, None, None, overlap(ep="paired"), False, True)).time_s
+    assert alone == pytest.approx(18.0)
+    assert paired == pytest.approx(14.0)
+
+
 def test_combined_1f1b_runs_its_warm_up_and_cool_down_alone():
     """Megatron-Core's combined 1F1B overlap pairs a forward with another micro-batch's backward
     in the steady phase only: a stage's warm-up forwards and cool-down backwards run alone, and

@@ -55,7 +55,7 @@ def test_a_bridge_case_runs_its_recipes_expert_all_to_alls():
     """Qwen3-235B on 256 H100s: the recipe of every release from 25.11 to 26.06 sends tokens with
     the alltoall dispatcher and overlaps them with another micro-batch (the table says neither)."""
     switches, sources = recipe_switches(QWEN)
-    assert switches == {**LOSS, "moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": True}
+    assert switches == {**LOSS, "moe_token_dispatcher_type": "alltoall", "moe_a2a_overlap": True, "tp_comm_overlap": False}
     assert len(sources) == 2 and "cross_entropy_fusion_impl='te'" in sources[0] and "v0.2.1 to v0.5.0" in sources[1]
     plan = case_inputs(QWEN, "qwen")["plan"]
     assert (plan["ep_dispatch"], plan["ep_overlap"]) == ("all_to_all", "paired")

@@ -7,6 +7,8 @@ every other pass (meshplan.timeline.passes).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from meshplan.timeline.engine import Pass, Segment, Task
 from meshplan.timeline.halves import Half, Overlap, TaskBuilder, backward_half, forward_half, recompute_halves
 from meshplan.timeline.passes import Layer
@@ -44,6 +46,13 @@ def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bo
     for i in range(max(len(fg), len(bg))):
         merged += bg[i] if i < len(bg) else []
         merged += fg[i] if i < len(fg) else []
+    # only the dispatch and combine run on the communication stream (model_chunk_schedule_plan.py:
+    # moe_dispatch and moe_combine nodes on comm_stream, attention and MLP nodes on comp_stream),
+    # so a tensor- or context-parallel collective a chain waits for holds the compute stream
+    # rather than running beside the other micro-batch's compute
+    beside = f.hidden | bw.hidden
+    merged = [replace(t, stream="compute") if t.stream != "compute" and t.parts[0][0] != "ep" and t.name not in beside else t
+              for t in merged]
     joint = TaskBuilder(name, overlap)
     joint.tasks = merged
     joint.hidden = {t.name for t in merged if t.stream != "compute" and t.parts[0][0] == "ep"}
