@@ -59,6 +59,11 @@ def test_the_mtp_module_runs_on_the_last_stage_and_a_layout_makes_room_for_it():
     last = [r for r in with_mtp.roles if r.name == "last"][0]
     plain = [r for r in without.roles if r.name == "last"][0]
     assert last.memory.weights_bytes > plain.memory.weights_bytes
+    # and the report says which of the last stage's layers is the module's
+    from meshplan.report import estimate_groups
+    rows = dict(row for group in estimate_groups(with_mtp).values() for row in group)
+    assert (with_mtp.mtp_layers, without.mtp_layers) == (1, 0)
+    assert "the last runs 1 of them for multi-token prediction" in rows["layers per pipeline stage"]
 
 
 def test_one_stage_shares_its_embedding_with_the_mtp_module_and_serving_skips_it():

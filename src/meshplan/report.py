@@ -48,8 +48,9 @@ def estimate_groups(e: Estimate) -> dict[str, list[tuple[str, str]]]:
     ]
     if e.trainable_params < e.params:
         time_rows.append(("trainable parameters", f"{e.trainable_params:,.0f} of {e.params:,.0f} ({e.trainable_params / e.params:.3%})"))
-    if e.pipeline_split != "even":
-        time_rows.append(("layers per pipeline stage", f"{_runs(e.stage_layers)} ({e.pipeline_split})"))
+    if e.pipeline_split != "even" or (e.mtp_layers and len(e.stage_layers) > 1):
+        mtp = f"; the last runs {e.mtp_layers} of them for multi-token prediction" if e.mtp_layers else ""
+        time_rows.append(("layers per pipeline stage", f"{_runs(e.stage_layers)} ({e.pipeline_split}{mtp})"))
     if e.train_tokens:
         days = e.time_to_train_s(e.train_tokens) / 86400
         time_rows.append((f"time to train {e.train_tokens:.3g} tokens", f"{days:,.2f} days, {e.device_hours(e.train_tokens):,.0f} device-hours"))

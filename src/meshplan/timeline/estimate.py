@@ -66,6 +66,7 @@ class Estimate:
     train_tokens: float | None = None
     stage_layers: tuple[int, ...] = ()  # decoder layers per pipeline rank, first rank first
     pipeline_split: str = "even"  # how the layers were split (specs.scenario.pipeline_layout)
+    mtp_layers: int = 0  # multi-token-prediction layers, counted in the last rank's stage_layers
     energy: EnergyBreakdown | None = None  # None: the device's profile has no power model
 
     footprint: dict = field(default_factory=dict)  # costs.footprint: pue, grid (and its source), price or tco

@@ -20,6 +20,7 @@ from meshplan.costs.energy import step_energy
 from meshplan.costs.footprint import footprint
 from meshplan.parallel.program import grad_bucket_params
 from meshplan.specs.plan import interleave_group
+from meshplan.specs.scenario import training_mtp
 from meshplan.timeline.breakdown import by_collective, by_op_kind
 from meshplan.timeline.engine import CATEGORIES, Pass, PassTime, schedule_pass
 from meshplan.timeline.estimate import Estimate, RoleEstimate, StepBreakdown
@@ -345,6 +346,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
         train_tokens=s.task.train_tokens,
         stage_layers=s.stage_layers,
         pipeline_split=s.pipeline_split,
+        mtp_layers=training_mtp(s.model, s.task),
         energy=energy,
         params=program.graph.params,
         trainable_params=trainable_params(program.graph, not (s.task.kind == "finetune" and s.task.freeze_embedding),
