@@ -356,7 +356,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
     tail_ops = graph.tail.ops if has_tail else ()
     if has_head:  # the multi-token-prediction modules look up the stage's own embedding table
         tail_ops = tuple(replace(op, params=0.0) if op.kind == "lookup" else op for op in tail_ops)
-    mtp = s.model.mtp_layers if tail_ops else 0
+    mtp = sum(op.kind == "lookup" for op in tail_ops)  # multi-token-prediction modules in the tail (training only)
     head_comms = (Comm("tp", "reduce_scatter" if sp else "all_reduce", x_bytes, 1, spans["tp"]),) if head_ops and tp > 1 else ()
     tail_comms: tuple[Comm, ...] = ()
     if not tail_ops:  # a block model has no output layer
