@@ -1,7 +1,7 @@
 """How much a GEMM slows while a copy runs beside it on the same GPU: the contention behind a
 profile's ``overlap_slowdown`` (compute seconds lost per second a collective runs beside it).
 
-    python benchmarks/overlap_contention.py measure OUT.csv   # on an NVIDIA GPU (torch, triton)
+    python benchmarks/overlap_contention.py measure OUT.csv [sm] [ce]  # on an NVIDIA GPU (torch, triton)
     python benchmarks/overlap_contention.py [CSV]             # summarize (default: the H100 data)
 
 A collective's kernels move data through the GPU the way a copy does. Two kinds are measured:
@@ -40,7 +40,7 @@ SM_CTAS = (8, 16, 24, 32, 48)
 REPS, ROUNDS = 30, 5
 
 
-def measure(out: Path) -> None:
+def measure(out: Path, sides: tuple[str, ...] = ("sm", "ce")) -> None:
     import torch
     import triton
     import triton.language as tl
@@ -93,9 +93,10 @@ def measure(out: Path) -> None:
     ce_copy(4)  # the copy engine's first use
     torch.cuda.synchronize()
     rates = {}  # side -> (seconds of one unit, bytes read and written per unit)
-    for ctas in SM_CTAS:
+    for ctas in SM_CTAS if "sm" in sides else ():
         rates[("sm", ctas)] = (timed(side, lambda: sm_copy(ctas, 1)), 4 * (elements // ctas // 4096 * 4096) * ctas)
-    rates[("ce", 0)] = (timed(side, lambda: ce_copy(40)) / 40, 4 * chunk)
+    if "ce" in sides:
+        rates[("ce", 0)] = (timed(side, lambda: ce_copy(40)) / 40, 4 * chunk)
 
     def operands(dtype: str, m: int, n: int, k: int):
         if dtype == "bf16":
@@ -173,7 +174,7 @@ def summary(rows: list[dict]) -> dict[tuple[str, int], tuple[float | None, int, 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "measure":
-        measure(Path(sys.argv[2]))
+        measure(Path(sys.argv[2]), tuple(sys.argv[3:]) or ("sm", "ce"))
         sys.exit(0)
     rows = read_rows(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT)
     from meshplan import catalog

@@ -205,6 +205,12 @@ def test_hoppers_overlap_slowdown_is_what_an_nccl_like_copy_costs_its_gemms():
     assert list(medians) == [8, 16, 24, 32, 48]
     assert all(a < b for a, b in zip(medians.values(), list(medians.values())[1:]))
     assert medians[16] <= catalog.efficiency("hopper").overlap_slowdown <= medians[48]
+    # 256 MiB copy-engine copies (Transformer Engine's ring exchange sends so) cover every loop and
+    # cost the GEMMs what a 16-CTA copy kernel does, at 2.9 TB/s of HBM traffic
+    ce = [r for r in data if r["side"] == "ce"]
+    assert len(ce) == 10 and all(float(r["covered"]) >= bench.COVERED for r in ce)
+    engine, _, _ = bench.summary(data)[("ce", 0)]
+    assert 0.5 * medians[16] <= engine <= medians[24] < medians[48]
 
 
 #: `meshplan calibrate --model llama3-70b` as the H100 machine ran it on 2026-11-27 (another card
