@@ -90,7 +90,7 @@ def test_plan_may_ask_for_the_op_policy_without_the_framework():
     a = meshplan.estimate("llama3-8b", "dgx-h100", {**PLAN, "framework": "torchtitan"}, 8)
     b = meshplan.estimate("llama3-8b", "dgx-h100", {**PLAN, "selective_recompute": "op", "zero3_gather": "per_step_if_pipelined",
                                                     "grad_reduce_precision": "fp32", "overlap_p2p": True,
-                                                    "attention_kernel": "flash2"}, 8)
+                                                    "attention_kernel": "flash2", "optimizer_impl": "foreach"}, 8)
     assert a.step_time_s == pytest.approx(b.step_time_s)
 
 

@@ -114,6 +114,17 @@ class Roofline:
         compute = flop / (self.peak_flop_per_s * achieved_fraction(self.efficiency.matmul, self._size(flop, traffic)))
         return np.maximum(compute, traffic / self.bytes_per_s) + self.efficiency.kernel_overhead_s
 
+    def matmul_passes_s(self, m, k, n, element_bytes):
+        """The forward, input-gradient and weight-gradient GEMMs of an (m x k)·(k x n) layer:
+        matmul_s each, or, for a 16-bit layer whose k or n rows the family's kernels cannot align
+        (KernelModels.unaligned_gemm), its 2·m·k·n flop at that pass's fraction of the peak."""
+        slow = self.kernels.unaligned_gemm if self.kernels is not None else None
+        if slow is not None and element_bytes == 2.0 and not slow.aligned(k, n, element_bytes):
+            flop = 2.0 * m * k * n
+            return tuple(flop / (self.chip.peak_flop_per_s * f) + self.kernels.gemm_of(self.precision).launch_s
+                         for f in (slow.forward, slow.input_grad, slow.weight_grad))
+        return self.matmul_s(m, k, n, element_bytes), self.matmul_s(m, n, k, element_bytes), self.matmul_s(k, m, n, element_bytes)
+
     def _size(self, flop, traffic_bytes):
         """Work in flop-equivalents: max(flop, bytes x the profile's ridge point)."""
         return np.maximum(flop, traffic_bytes * self.efficiency.size_flop_per_byte)

@@ -73,13 +73,14 @@ def op_times(op: ShardedOp, roof: Roofline, element_bytes: float, wide: Roofline
     if kind == "matmul" and wide is not None and not op.op.low_precision:
         roof, element_bytes = wide, BYTES_PER_ELEMENT[wide.precision]
     if kind == "matmul":
-        fwd = roof.matmul_s(op.m, op.k, op.n, element_bytes)
-        # input gradient (m x n)·(n x k) and weight gradient (k x m)·(m x n): COMET Table 1; a
-        # frozen weight (LoRA's base) gets no weight gradient
-        weight = 0.0 if op.op.frozen else float(roof.matmul_s(op.k, op.m, op.n, element_bytes))
+        # forward (m x k)·(k x n), input gradient (m x n)·(n x k) and weight gradient
+        # (k x m)·(m x n): COMET Table 1; a frozen weight (LoRA's base) gets no weight gradient
+        passes = roof.matmul_passes_s(op.m, op.k, op.n, element_bytes)
+        fwd = passes[0]
+        weight = 0.0 if op.op.frozen else float(passes[2])
         if op.grad_bytes:  # then added into the step's gradient (Plan.grad_accumulation)
             weight += float(roof.memory_s(op.grad_bytes, "copy"))
-        bwd = float(roof.matmul_s(op.m, op.n, op.k, element_bytes)) + weight
+        bwd = float(passes[1]) + weight
         cast_fwd, cast_bwd = op.cast_bytes  # FP8/FP4: quantize the input, then the output gradient
         if cast_fwd:
             fwd += roof.memory_s(cast_fwd, "copy")

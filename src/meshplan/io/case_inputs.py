@@ -68,8 +68,15 @@ _PRECISION_ALIASES = {
     "fp8mx": ("fp8", "block"), "mxfp8": ("fp8", "block"), "nvfp4": ("fp4", "nvfp4"), "mxfp4": ("fp4", "block"),
     "float8": ("fp8", None), "float8e4m3fn": ("fp8", None), "fp8e4m3": ("fp8", None), "fp8hybrid": ("fp8", None),
     "bfloat16": ("bf16", None), "bf16mixed": ("bf16", None), "bf16true": ("bf16", None),
+    "purebf16": ("bf16", None), "bf16pure": ("bf16", None),
     "float16": ("fp16", None), "16mixed": ("fp16", None), "fp16mixed": ("fp16", None), "float32": ("fp32", None),
 }
+
+#: precisions that train a bf16 model with no fp32 copy (keyed by name_key): PyTorch Lightning's
+#: bf16-true (the model cast to bf16, its optimizer stepping bf16 state), "pure bf16" as papers and
+#: PyTorch loops say; bf16, bf16-mixed and the rest keep fp32 master weights or run autocast over
+#: fp32 ones
+_PURE_BF16 = {"bf16true", "purebf16", "bf16pure"}
 
 #: ffn_type as configs spell it (keyed by name_key): NeMo's Nemotron configs say squared-relu,
 #: Hugging Face's Nemotron config relu2 (hidden_act), both the schema's squared_relu; Hugging
@@ -348,6 +355,8 @@ def case_inputs(case: dict, where: str) -> dict:
     plan["precision"], scaling = _PRECISION_ALIASES.get(name_key(precision), (precision, None))
     if scaling:  # the recipe the precision names wins over the framework's default
         plan["fp4_scaling" if plan["precision"] == "fp4" else "fp8_scaling"] = scaling
+    if name_key(precision) in _PURE_BF16:  # bf16 weights, gradients and Adam state, no fp32 master
+        plan.update(optimizer_state="bf16", grad_reduce_precision="bf16")
     if par.get("dp") is not None:
         plan["dp"] = par["dp"]
     # an extra key (SCHEMA.md keeps them): the layout the run pinned, in Megatron-Core's syntax
@@ -372,6 +381,9 @@ def case_inputs(case: dict, where: str) -> dict:
     stored = _option(par, "fp8_params", par.get("fp8_param_gather", par.get("fp4_param_gather")))
     if stored is not None:  # FP8/FP4 primary weights (Megatron-Core's fp8_param_gather, fp4_param_gather)
         plan["fp8_params"] = stored
+    implementation = _option(par, "optimizer_impl", None)
+    if implementation is not None:  # how its optimizer step ran: fused, or PyTorch's foreach
+        plan["optimizer_impl"] = _word(implementation)
     state = _option(par, "optimizer_state", None)
     moments = _word(par.get("exp_avg_dtype"))
     if state is None and moments is not None:  # Megatron-Core's precision-aware optimizer: its moments' dtype

@@ -29,7 +29,7 @@ from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import Block, Graph
 from meshplan.workloads.lora import lower_task
-from meshplan.workloads.transformer import lower
+from meshplan.workloads.transformer import lower, padded_vocabulary
 
 def grad_bucket_params(plan) -> float:
     """Parameters per data-parallel bucket: Megatron-Core's default ``bucket_size``,
@@ -250,7 +250,8 @@ def _offloaded(counts: tuple, layers: int, kinds: dict[str, LayerKind]) -> tuple
 def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     """One training micro-batch on each device role, or (an inference task) one serving
     ``phase``: the batch of one replica, forward only, logits for the last position only."""
-    s, plan, model = scenario, scenario.plan, scenario.model
+    s, plan = scenario, scenario.plan
+    model = padded_vocabulary(scenario.model, plan.vocab_padding * plan.tp)
     cluster = capped_rails(scenario.cluster, plan.network_rails)
     tp, cp, pp, v, ep = plan.tp, plan.cp, plan.pp, plan.virtual_pipeline_stages, plan.ep
     act_bytes = activation_bytes(plan.precision)
@@ -293,7 +294,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     if pp > 1:  # one activation per micro-batch per chunk boundary, split over the tp ranks
         pp_comm = Comm("pp", "send_recv", x_bytes / tp, 1, pipeline_neighbour_span(cluster, plan))  # SC21 Sec. 4.1
 
-    state = state_bytes_per_param(plan.precision, _grad_precision(plan), plan.optimizer_state)
+    state = state_bytes_per_param(plan.precision, _grad_precision(plan), plan.optimizer_state, plan.optimizer_impl)
     task = s.task
     frozen_total = 0
     if task.kind == "finetune":
@@ -366,7 +367,8 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
         # vocab-parallel logits gathered for sampling after the logits GEMM
         sequences = graph.tokens / graph.seq_len
         act = activation_bytes(plan.precision)
-        tail_comms = (Comm("tp", "all_gather", sequences * s.model.vocab_size * act, 1, spans["tp"], at="close"),)
+        vocab = padded_vocabulary(s.model, plan.vocab_padding * tp).vocab_size
+        tail_comms = (Comm("tp", "all_gather", sequences * vocab * act, 1, spans["tp"], at="close"),)
         if sp:
             tail_comms += (Comm("tp", "all_gather", sequences * s.model.hidden_size * act, 1, spans["tp"], at="open"),)
     elif has_tail and tp > 1:

@@ -152,6 +152,25 @@ class HostDispatch(Spec):
     source: str
 
 
+class UnalignedGemm(Spec):
+    """16-bit GEMMs whose rows are not a multiple of ``alignment_bytes``: a feature dimension (the
+    reduction's K or the output's N; tokens are the rows' count, never their length) such as
+    GPT-2's vocabulary of 50257 that no framework padded. cuBLAS cannot run them on its
+    TMA-fed kernels and falls back to element-wise loads (its align1 kernels), at a fraction of
+    the dense peak that barely moves with the shape: one fraction per pass, the forward x·Wᵀ,
+    the input gradient dy·W and the weight gradient dyᵀ·x."""
+
+    forward: Fraction
+    input_grad: Fraction
+    weight_grad: Fraction
+    alignment_bytes: int = Field(default=16, ge=1)
+    source: str
+
+    def aligned(self, k, n, element_bytes: float) -> bool:
+        """Whether a GEMM of reduction ``k`` and output width ``n`` has rows cuBLAS can align."""
+        return all(float(d) * element_bytes % self.alignment_bytes == 0 for d in (k, n))
+
+
 class KernelModels(Spec):
     """The kernel models of one device family.
 
@@ -170,6 +189,7 @@ class KernelModels(Spec):
     attention: AttentionKernel
     memory: MemoryKernels
     host: HostDispatch | None = None  # None: the host always keeps ahead
+    unaligned_gemm: UnalignedGemm | None = None  # None: not measured, such GEMMs timed as aligned ones
     source: str
 
     @model_validator(mode="after")

@@ -157,6 +157,15 @@ class Plan(Spec):
     # store_param_remainders); bf16 moments (Megatron-Core's precision-aware optimizer); or bf16
     # moments and no master (Apex's distributed Adam with dtype bf16 on a bf16 model)
     optimizer_state: Literal["fp32", "fp32_remainders", "bf16_moments", "bf16"] = "fp32"
+    # how its step runs: one fused kernel (Apex's and Transformer Engine's Adam, DeepSpeed's
+    # FusedAdam, torch.optim.AdamW(fused=True)), or PyTorch's default on CUDA, a multi-tensor
+    # kernel per arithmetic step (foreach; meshplan.parallel.memory.FOREACH_ADAM_PASSES), which
+    # keeps an fp32 or a bf16 state
+    optimizer_impl: Literal["fused", "foreach"] = "fused"
+    # the framework pads the vocabulary to a multiple of this times tp (Megatron-LM's and NeMo's
+    # make_vocab_size_divisible_by, 128); 1: the model's vocabulary as given (Hugging Face,
+    # torchtitan), whose output-layer GEMMs may then be unaligned (KernelModels.unaligned_gemm)
+    vocab_padding: Count = 1
     # how each micro-batch's weight gradients join the step's: "fused", the weight-gradient GEMM
     # adds into the gradient buffer (Megatron's gradient_accumulation_fusion into the fp32
     # main_grad; nothing more moves); "fp32_add", the 16-bit gradients are added into fp32 ones
@@ -255,6 +264,15 @@ class Plan(Spec):
         if not 0.0 <= fraction <= 1.0:
             raise MeshplanError("optimizer_offload", value, valid)
         return fraction
+
+    @model_validator(mode="after")
+    def _foreach_keeps_its_own_state(self):
+        """PyTorch's foreach AdamW steps fp32 or bf16 tensors; the other states are fused optimizers'."""
+        if self.optimizer_impl == "foreach" and self.optimizer_state not in ("fp32", "bf16"):
+            raise MeshplanError("optimizer_state", self.optimizer_state,
+                                "fp32 or bf16 with optimizer_impl foreach (PyTorch's AdamW); "
+                                "fp32_remainders and bf16_moments are fused optimizers' (Apex, Megatron-Core)")
+        return self
 
     @field_validator("order")
     @classmethod

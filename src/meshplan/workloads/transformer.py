@@ -332,6 +332,16 @@ def _mtp_ops(model: TransformerModel, depth: int, tokens: float, act_bytes: floa
     )
 
 
+def padded_vocabulary(model: TransformerModel, multiple: int) -> TransformerModel:
+    """The model as a framework that pads its vocabulary runs it: the embedding's and the output
+    layer's rows rounded up to a multiple of ``multiple`` (Megatron-LM pads to
+    make_vocab_size_divisible_by, 128, times the tensor-parallel size: megatron/training/
+    vocab_utils.py and arguments.py)."""
+    if multiple <= 1 or model.vocab_size % multiple == 0:
+        return model
+    return model.model_copy(update={"vocab_size": -(-model.vocab_size // multiple) * multiple})
+
+
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True,
           kv_len: int | None = None, logits_per_sequence: int | None = None, fused_loss: bool = False, eager: bool = False) -> Graph:
     """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss; of a

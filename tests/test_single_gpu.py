@@ -1,0 +1,185 @@
+"""Training steps of Hugging Face models on one GPU, as PyTorch's own loops run them: AdamW's
+default foreach step (parallel.memory.FOREACH_ADAM_PASSES), bf16 models with no fp32 master
+(bf16-true), and GEMMs whose rows cuBLAS cannot align (KernelModels.unaligned_gemm) where the
+framework leaves the vocabulary unpadded (Plan.vocab_padding).
+
+The measurements are benchmarks/single_gpu_runs.py's and benchmarks/eager_kernels.py's on the
+lent machines (tests/data/h100-sxm-single-gpu, tests/data/h200-sxm-eager, READMEs there).
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from pathlib import Path
+
+import pytest
+
+import meshplan
+from meshplan import api, catalog
+from meshplan.costs.compute import Roofline
+from meshplan.errors import MeshplanError
+from meshplan.io.case_inputs import case_inputs
+from meshplan.io.validation_cases import load_cases, validate
+from meshplan.parallel.memory import state_bytes_per_param
+from meshplan.parallel.program import build_program
+
+DATA = Path(__file__).parent / "data"
+H100_CASES = DATA / "h100-sxm-single-gpu" / "cases.yaml"
+EAGER = DATA / "h200-sxm-eager"
+
+
+@pytest.fixture(scope="module")
+def h100_runs():
+    return {r.id: r for r in validate(H100_CASES)}
+
+
+def test_hugging_face_llama_steps_on_one_h100_within_8_percent(h100_runs):
+    """The Llama-family runs at 4 or more sequences of 2048, or one of 8192: fp32 weights under
+    autocast or a bf16 model, 1B and 3B, full recompute and gradient accumulation. Before the
+    foreach step the autocast runs were 13-14% short (the optimizer's 37 ms taken as 14)."""
+    llama = {k: r for k, r in h100_runs.items() if not k.startswith("gpt2") and k != "llama3.2-1b_mixed_mb1_s2048"}
+    assert len(llama) == 7
+    for case_id, r in llama.items():
+        assert abs(r.relative_error) < 0.08, (case_id, r.relative_error)
+    errors = [abs(r.relative_error) for r in h100_runs.values()]
+    assert statistics.median(errors) < 0.05
+
+
+def test_a_bf16_true_model_keeps_no_fp32_copy():
+    """Llama 3.2 3B as a bf16 model: 2-byte weights, gradients and Adam moments; PyTorch's peak
+    was 38.0 GiB (tests/data/h100-sxm-single-gpu), where an fp32 master would put it past 60."""
+    case = next(c for c in load_cases(H100_CASES) if c["id"] == "llama3.2-3b_bf16_mb2_s2048")
+    inputs = case_inputs(case, case["id"])
+    assert inputs["plan"]["optimizer_state"] == "bf16" and inputs["plan"]["grad_reduce_precision"] == "bf16"
+    estimate = api.estimate(**inputs)
+    measured = case["measured"]["peak_allocated_gib"] * 2**30
+    assert estimate.memory.total_bytes == pytest.approx(measured, rel=0.08)
+    mixed = api.estimate(**{**inputs, "plan": {**inputs["plan"], "optimizer_state": "fp32",
+                                                 "grad_reduce_precision": None}})
+    assert mixed.memory.total_bytes > 1.5 * measured
+
+
+def _adam_rows():
+    return list(csv.DictReader((EAGER / "adam_step.csv").open()))
+
+
+def _adam_s(row) -> float:
+    """The model's AdamW step over the row's weights on the H200 the row was measured on."""
+    device = catalog.device("h200-sxm5-141gb")
+    roof = Roofline.of(device, catalog.efficiency(device.efficiency), "bf16")
+    fp32 = row["dtype"] == "float32"
+    state = state_bytes_per_param("fp32" if fp32 else "bf16", "fp32" if fp32 else "bf16",
+                                  "fp32" if fp32 else "bf16", row["implementation"])
+    return float(roof.memory_s(float(row["params"]) * state.step, "optimizer"))
+
+
+def test_foreach_adamw_moves_twenty_passes_of_its_state():
+    """PyTorch's default AdamW over fused: 2.6x measured on fp32 state, 2.4x on bf16; modelled
+    80 against 28 bytes per weight, and 40 against 16. Absolute fp32 steps within 12%; bf16 steps
+    run about 20% slower per byte than the fused fp32 kernel the optimizer class is fitted on."""
+    rows = _adam_rows()
+    by = {(r["implementation"], r["dtype"], r["params"]): r for r in rows}
+    for (impl, dtype, params), row in by.items():
+        if impl != "foreach":
+            continue
+        fused = by[("fused", dtype, params)]
+        measured = float(row["step_s"]) / float(fused["step_s"])
+        assert _adam_s(row) / _adam_s(fused) == pytest.approx(measured, rel=0.12), (dtype, params)
+    for row in rows:
+        if row["dtype"] == "float32":
+            assert _adam_s(row) == pytest.approx(float(row["step_s"]), rel=0.12), row
+    assert state_bytes_per_param("bf16", "fp32", "fp32", "foreach").step == 86.0  # + the 16-bit copy
+
+
+def test_the_frameworks_step_adam_as_their_published_runs_did():
+    presets = catalog.frameworks()
+    assert presets["pytorch-fsdp"]["optimizer_impl"] == "foreach"
+    assert presets["fms-fsdp"]["optimizer_impl"] == "foreach"
+    assert presets["torchtitan"]["optimizer_impl"] == "foreach"  # fused only from Feb 2025
+    assert "optimizer_impl" not in presets["megatron-core"]  # Apex / TE fused Adam: the default
+
+
+def test_foreach_takes_only_the_states_pytorchs_adamw_keeps():
+    with pytest.raises(MeshplanError, match="optimizer_state"):
+        api.estimate(model="llama3-8b", cluster="dgx-h100", num_devices=1,
+                     plan=dict(micro_batch_size=1, global_batch_size=1, optimizer_impl="foreach",
+                               optimizer_state="fp32_remainders"))
+
+
+def _unaligned_rows():
+    """(pass, tokens, hidden, vocab, seconds) of each measured output-layer GEMM."""
+    out = []
+    for r in csv.DictReader((EAGER / "unaligned_gemm.csv").open()):
+        m, k, n = int(r["m"]), int(r["k"]), int(r["n"])
+        layer = {"forward": (m, k, n), "input_grad": (m, n, k), "weight_grad": (k, n, m)}[r["pass"]]
+        out.append((r["pass"], *layer, float(r["time_s"])))
+    return out
+
+
+@pytest.mark.parametrize("aligned", [True, False])
+def test_output_layer_gemms_with_and_without_aligned_rows(aligned):
+    """Vocabularies 50257 and 32001 run cuBLAS's align1 kernels at a tenth to a seventh of the
+    peak; padded to 50304 (and 16383 tokens: a count, not a row length) the tiled model holds."""
+    device = catalog.device("h200-sxm5-141gb")
+    roof = Roofline.of(device, catalog.efficiency(device.efficiency), "bf16")
+    index = {"forward": 0, "input_grad": 1, "weight_grad": 2}
+    errors = []
+    for name, tokens, hidden, vocab, measured in _unaligned_rows():
+        if (vocab % 8 == 0) != aligned:
+            continue
+        predicted = float(roof.matmul_passes_s(tokens, hidden, vocab, 2.0)[index[name]])
+        errors.append(abs(predicted / measured - 1))
+    assert len(errors) == (27 if aligned else 48)
+    assert statistics.median(errors) < 0.06 and max(errors) < 0.16
+
+
+@pytest.fixture(scope="module")
+def h200_runs():
+    return {r.id: r for r in validate(EAGER / "cases.yaml")}
+
+
+def test_gpt2s_unpadded_vocabulary_costs_what_the_h200_measured(h200_runs):
+    """GPT-2 at 16 x 1024 tokens: 112.2 ms with its 50257-row output layer, 86.8 ms padded to
+    50304 (nanoGPT's padding); the model's difference is the three output-layer GEMMs'."""
+    plain, padded = h200_runs["gpt2_mixed_mb16_s1024"], h200_runs["gpt2-padded_mixed_mb16_s1024"]
+    measured = plain.measured_step_time_s - padded.measured_step_time_s
+    predicted = plain.predicted_step_time_s - padded.predicted_step_time_s
+    assert predicted == pytest.approx(measured, rel=0.10)
+
+
+def test_runs_measured_after_the_model_was_set_within_5_percent(h200_runs):
+    """Measured on an H200 once the model above was written, none of it fitted on them: GPT-2
+    with a plain GELU and no dropout (what a gelu FFN says), Qwen2.5 1.5B, Llama 3.2 1B at 2 x
+    4096, Llama 3.1 8B as a bf16 model with full recompute. Hugging Face's GPT-2 as configured
+    (gelu_new, eight fp32 elementwise ops under autocast, and dropout 0.1) runs 29.7 ms longer
+    than the plain one, which a gelu FFN does not describe: those two stay 29-37% fast."""
+    held = {k: r for k, r in h200_runs.items() if k not in ("gpt2_mixed_mb16_s1024", "gpt2-padded_mixed_mb16_s1024")}
+    assert len(held) == 4
+    for case_id, r in held.items():
+        assert abs(r.relative_error) < 0.05, (case_id, r.relative_error)
+
+
+def _logits(framework: str, tp: int):
+    model = {**catalog.model("llama3-8b").model_dump(), "vocab_size": 50257}
+    program = build_program(api.scenario(model, "dgx-h100", dict(tp=tp, micro_batch_size=1, global_batch_size=8,
+                                                                 framework=framework), 8))
+    return next(op for op in program.roles[-1].tail if op.op.name == "logits")
+
+
+def test_megatron_pads_the_vocabulary_and_the_loops_over_hugging_face_do_not():
+    """Megatron-LM pads to a multiple of 128 x tp (vocab_utils.py): 50257 at tp 2 is 50432 rows,
+    25216 per rank; a Hugging Face model keeps 50257 (split in two, 25129 rows a rank), and its
+    output layer pays the align1 GEMMs."""
+    megatron, hf = _logits("megatron-core", 2), _logits("pytorch-fsdp", 2)
+    assert megatron.n == 25216 and hf.n == 25129
+    device = catalog.device("h100-sxm5-80gb")
+    slow = catalog.efficiency(device.efficiency).kernels.unaligned_gemm
+    assert slow.aligned(megatron.k, megatron.n, 2.0) and not slow.aligned(hf.k, hf.n, 2.0)
+    assert catalog.efficiency("blackwell").kernels.unaligned_gemm is None  # measured on Hopper only
+
+
+def test_a_case_names_its_optimizer_implementation():
+    case = load_cases(DATA / "torchtitan_h100.yaml")[-1]
+    assert case_inputs(case, case["id"])["plan"]["optimizer_impl"] == "fused"
+    assert meshplan.catalog.frameworks()["torchtitan"]["optimizer_impl"] == "foreach"
