@@ -404,7 +404,9 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             offloaded_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts if kinds[k].offloaded],
             recompute_buffer=max((kinds[k].full_saved_bytes for k, n, f in counts if n > f), default=0.0) if plan.whole_layer_recompute else 0.0,
             head_activations=0.0 if freeze_embedding else sum(saved_bytes(op.saved, tp, cp, sp, False) for op in head_ops),
-            tail_activations=sum(saved_bytes(op.saved, tp, cp, sp, False) for op in tail_ops),
+            # and the largest backward transient of its ops (one loss's gradients at a time)
+            tail_activations=sum(saved_bytes(op.saved, tp, cp, sp, False) for op in tail_ops)
+            + max((saved_bytes(op.transient, tp, cp, sp, False) for op in tail_ops), default=0.0),
             gathered_layer_params=max((kinds[k].params + kinds[k].expert_params for k, _, _ in counts), default=0.0),
             gathered_module_params=max((param_share(o.op, tp) for k, _, _ in counts for o in kinds[k].ops if not o.op.expert), default=0.0),
             low_precision_params=sum(kinds[k].low_precision_params * n for k, n, _ in counts),

@@ -77,6 +77,9 @@ class Op:
     params: float = 0.0
     expert: bool = False  # routed-expert weights: split over expert parallelism
     saved: tuple[Saved, ...] = ()
+    # what its backward allocates beside what the forward saved, held together at the peak it
+    # sets (PyTorch's cross-entropy: the logits' gradients, cross_entropy_op)
+    transient: tuple[Saved, ...] = ()
     attention: AttentionShape | None = None  # attention ops: the call's full (unsharded) shape
     memory_class: MemoryClass = "copy"  # elementwise ops: which kind of streaming kernel
     # elementwise ops: the backward's bytes over the forward's (COMET Table 1's 2, or the op's

@@ -297,18 +297,27 @@ def block_einsums(name: str, ops: tuple[Op, ...]) -> tuple[Block, ...]:
     )
 
 
-def cross_entropy_op(tokens: float, vocab: float, act_bytes: float, fused: bool) -> Op:
+#: bytes per logit that PyTorch's cross-entropy backward writes beside the fp32 log-softmax it
+#: kept: the fp32 gradient of the logits and, under autocast, its 16-bit cast (4 + 2). Hugging
+#: Face runs peaked 7.1-10.6 GiB above the resident count without it at 8192 tokens of a
+#: 128K-152K vocabulary, 7.3-8.6 bytes a logit (tests/data/h100-sxm-single-gpu)
+EAGER_LOSS_GRAD_BYTES = 6.0
+
+
+def cross_entropy_op(tokens: float, vocab: float, act_bytes: float, fused: bool, eager: bool = False) -> Op:
     """The loss over the vocabulary shard. Unfused (PyTorch's cross_entropy under autocast): the
     logits cast to fp32 and kept, log-softmax written and read, three fp32 passes over the logits
-    (Korthikanti: 4·s·b·v/t bytes kept), at softmax's bandwidth. Fused (flash-attn's xentropy
-    kernel, llm-foundry's default loss; Megatron-Core's cross-entropy fusion): one pass reading
-    the 16-bit logits, which are what it keeps, and a backward that reads them and writes their
-    gradient, streaming as a copy."""
+    (Korthikanti: 4·s·b·v/t bytes kept), at softmax's bandwidth; ``eager`` (the model's own code
+    calls F.cross_entropy), its backward's gradients held beside them (EAGER_LOSS_GRAD_BYTES).
+    Fused (flash-attn's xentropy kernel, llm-foundry's default loss; Megatron-Core's
+    cross-entropy fusion): one pass reading the 16-bit logits, which are what it keeps, and a
+    backward that reads them and writes their gradient, streaming as a copy."""
     if fused:
         return Op("cross_entropy", "elementwise", "tp", flop=5.0 * tokens * vocab, bytes=tokens * vocab * act_bytes,
                   saved=(Saved("logits", act_bytes * tokens * vocab, "tp"),), memory_class="copy")
+    transient = (Saved("logits_grad", EAGER_LOSS_GRAD_BYTES * tokens * vocab, "tp"),) if eager else ()
     return Op("cross_entropy", "elementwise", "tp", flop=5.0 * tokens * vocab, bytes=3.0 * tokens * vocab * 4.0,
-              saved=(Saved("logits_fp32", 4.0 * tokens * vocab, "tp"),), memory_class="softmax")
+              saved=(Saved("logits_fp32", 4.0 * tokens * vocab, "tp"),), transient=transient, memory_class="softmax")
 
 
 def _mtp_ops(model: TransformerModel, depth: int, tokens: float, act_bytes: float, fused_loss: bool, eager: bool) -> tuple[Op, ...]:
@@ -328,7 +337,7 @@ def _mtp_ops(model: TransformerModel, depth: int, tokens: float, act_bytes: floa
         _matmul(f"{name}_proj", tokens, 2.0 * h, h, "n", 2.0 * h * h, (Saved(f"{name}_proj_in", 2.0 * x, "sp"),)),
         _norm(f"{name}_norm_final", tokens, h, act_bytes, model, eager),
         _matmul(f"{name}_logits", tokens, h, v, "n", 0.0, (Saved(f"{name}_logits_in", x, "sp"),), low_precision=False),
-        replace(cross_entropy_op(tokens, v, act_bytes, fused_loss), name=f"{name}_cross_entropy"),
+        replace(cross_entropy_op(tokens, v, act_bytes, fused_loss, eager), name=f"{name}_cross_entropy"),
     )
 
 
@@ -380,7 +389,7 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
         (
             _norm("norm_final", t, h, act_bytes, model, eager),
             _matmul("logits", t, h, v, "n", 0.0 if model.tied_embeddings else v * h, (Saved("logits_in", x, "sp"),), low_precision=False),
-            cross_entropy_op(t, v, act_bytes, fused_loss),
+            cross_entropy_op(t, v, act_bytes, fused_loss, eager),
             *(op for depth in range(model.mtp_layers if training else 0) for op in _mtp_ops(model, depth, t, act_bytes, fused_loss, eager)),
         ),
         1,
