@@ -6,7 +6,7 @@ foreach implementation), either fp32 weights under bf16 autocast ("mixed", what 
 bf16=True does) or bf16 weights and optimizer state ("bf16"). Each run records the median step
 time over timed steps after warm-up, the peak memory PyTorch allocated, and the GPU kernels of one
 profiled step by name. --cases turns what it wrote into validation cases (SCHEMA.md), as
-tests/data/h100_single_gpu.yaml holds them.
+tests/data/h100-sxm-single-gpu/cases.yaml holds them.
 
     python benchmarks/single_gpu_runs.py --out OUT [--quick] [--budget-s 360] [--only ID,...]
     python benchmarks/single_gpu_runs.py --out OUT --host     # the host's dispatch per layer

@@ -10,6 +10,8 @@ lent machines (tests/data/h100-sxm-single-gpu, tests/data/h200-sxm-eager, README
 from __future__ import annotations
 
 import csv
+import importlib.util
+import json
 import statistics
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from meshplan.parallel.memory import state_bytes_per_param
 from meshplan.parallel.program import build_program
 
 DATA = Path(__file__).parent / "data"
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 H100_CASES = DATA / "h100-sxm-single-gpu" / "cases.yaml"
 EAGER = DATA / "h200-sxm-eager"
 
@@ -194,6 +197,17 @@ def test_megatron_pads_the_vocabulary_and_the_loops_over_hugging_face_do_not():
     slow = catalog.efficiency(device.efficiency).kernels.unaligned_gemm
     assert slow.aligned(megatron.k, megatron.n, 2.0) and not slow.aligned(hf.k, hf.n, 2.0)
     assert catalog.efficiency("blackwell").kernels.unaligned_gemm is None  # measured on Hopper only
+
+
+def test_the_cases_are_what_the_benchmark_writes_of_its_runs():
+    """tests/data's cases.yaml files are `single_gpu_runs.py --cases` of the runs beside them."""
+    spec = importlib.util.spec_from_file_location("single_gpu_runs", BENCHMARKS / "single_gpu_runs.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for folder, cluster, group in ((H100_CASES.parent, "dgx-h100", "h100_single_gpu"),
+                                   (EAGER, "dgx-h200", "h200_single_gpu")):
+        runs = json.loads((folder / "single_gpu_runs.json").read_text())
+        assert bench.cases(runs, cluster, group) == load_cases(folder / "cases.yaml")
 
 
 def test_a_case_names_its_optimizer_implementation():
