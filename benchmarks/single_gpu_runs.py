@@ -101,10 +101,13 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def _build(run, device):
+def _build(run, device, layers=None):
+    """The run's model on ``device`` from its config (with ``layers`` decoder layers if given)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     raw = dict(CONFIGS[run["model"]])
+    if layers is not None:
+        raw["n_layer" if raw["model_type"] == "gpt2" else "num_hidden_layers"] = layers
     config = AutoConfig.for_model(raw.pop("model_type"), **raw)
     dtype = torch.float32 if run.get("precision") == "mixed" else torch.bfloat16
     with device:
@@ -210,14 +213,7 @@ def host_run(model_name, device, layers=None, reps=20):
     """What the host takes to issue one training step of a model at a size whose kernels take
     next to nothing (one sequence of 32 tokens): the median forward, backward and optimizer step,
     each timed to a synchronize. Run at two depths, the difference is a decoder layer's."""
-    raw = dict(CONFIGS[model_name])
-    if layers is not None:
-        raw["n_layer" if raw["model_type"] == "gpt2" else "num_hidden_layers"] = layers
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(raw.pop("model_type"), **raw)
-    with device:
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="sdpa")
+    model, config = _build(dict(model=model_name, precision="mixed"), device, layers)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     tokens = torch.randint(0, config.vocab_size, (1, 32), device=device)

@@ -367,7 +367,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
         # vocab-parallel logits gathered for sampling after the logits GEMM
         sequences = graph.tokens / graph.seq_len
         act = activation_bytes(plan.precision)
-        vocab = padded_vocabulary(s.model, plan.vocab_padding * tp).vocab_size
+        vocab = next(op.n for op in tail_ops if op.name == "logits")  # as the framework padded it
         tail_comms = (Comm("tp", "all_gather", sequences * vocab * act, 1, spans["tp"], at="close"),)
         if sp:
             tail_comms += (Comm("tp", "all_gather", sequences * s.model.hidden_size * act, 1, spans["tp"], at="open"),)
