@@ -168,6 +168,18 @@ def test_hf_config_path_as_model(monkeypatch, capsys):
     assert result["step_time_s"] > 0
 
 
+def test_a_framework_named_as_cases_name_it(monkeypatch, capsys):
+    """--framework takes the names a validation case may use (catalog.FRAMEWORK_ALIASES)."""
+    flags = ("--model", str(LLAMA3_8B_HF), "--cluster", "dgx-h100", "--devices", "8", "--zero", "3",
+             "--global-batch", "16", "--micro-batch", "2", "--seq-len", "2048")
+    preset = run_json(monkeypatch, capsys, "estimate", *flags, "--framework", "pytorch-fsdp")
+    for other in ("huggingface", "Hugging Face", "fsdp2"):
+        named = run_json(monkeypatch, capsys, "estimate", *flags, "--framework", other)
+        assert named["plan"]["framework"] == "pytorch-fsdp"
+        assert named["step_time_s"] == preset["step_time_s"]
+        assert named["plan"]["optimizer_impl"] == "foreach"
+
+
 @pytest.mark.skipif(not PUBLIC_CASES.is_file(), reason="shared/validation is not checked out beside the repo")
 def test_validate_json_reports_every_case(monkeypatch, capsys):
     cases = yaml.safe_load(PUBLIC_CASES.read_text())

@@ -120,8 +120,8 @@ def _plan_fields(plan: Plan | dict | None) -> dict:
 def _framework_on_device(plan_data: dict, cluster: Cluster) -> dict:
     """The plan's framework defaults as they were on the cluster's device family
     (catalog.framework_on), under the fields the plan gives."""
-    name = plan_data.get("framework")
-    changes = catalog.framework_on(name, cluster.device.efficiency) if isinstance(name, str) else {}
+    name = catalog.framework_id(plan_data.get("framework"))
+    changes = catalog.framework_on(name, cluster.device.efficiency) if name else {}
     return {**changes, **plan_data} if changes else plan_data
 
 

@@ -66,6 +66,38 @@ def frameworks() -> dict[str, dict]:
     return {name: {k: v for k, v in entry.items() if k not in ("source", "families")} for name, entry in _raw("frameworks").items()}
 
 
+#: other spellings of the catalog's framework names (SCHEMA.md's list is open-ended): Megatron-Bridge
+#: runs Megatron-Core (the megatron-core preset is read from its performance recipes); mcore is
+#: Megatron-Core's own short name; llmfoundry is llm-foundry's package name and Composer its
+#: trainer (MosaicML's); FSDP runs of other trainers take PyTorch FSDP's defaults, as do PyTorch's own
+#: training loops (DDP) and the trainers over them that run the model's modules eager (Hugging Face
+#: Transformers, Accelerate and TRL; LitGPT); IBM's fms-fsdp is the Foundation Model Stack's
+#: (fms, its model package's name); Megatron-DeepSpeed and GPT-NeoX run
+#: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO); Megatron alone is the
+#: Megatron-LM repository and its command-line defaults (--overlap-grad-reduce and the like are opt-in)
+FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-core", "mcore": "megatron-core",
+                     "llmfoundry": "llm-foundry", "composer": "llm-foundry", "mosaicml": "llm-foundry",
+                     "mosaicml-composer": "llm-foundry", "mosaicml-llm-foundry": "llm-foundry",
+                     "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp", "pytorch-fsdp2": "pytorch-fsdp",
+                     "pytorch": "pytorch-fsdp", "pytorch-ddp": "pytorch-fsdp", "ddp": "pytorch-fsdp",
+                     "huggingface": "pytorch-fsdp", "hugging-face": "pytorch-fsdp", "hf": "pytorch-fsdp",
+                     "transformers": "pytorch-fsdp", "hf-transformers": "pytorch-fsdp", "huggingface-transformers": "pytorch-fsdp",
+                     "hugging-face-transformers": "pytorch-fsdp", "accelerate": "pytorch-fsdp", "hf-accelerate": "pytorch-fsdp",
+                     "huggingface-accelerate": "pytorch-fsdp", "trl": "pytorch-fsdp", "litgpt": "pytorch-fsdp", "lit-gpt": "pytorch-fsdp",
+                     "fms": "fms-fsdp", "foundation-model-stack": "fms-fsdp", "ibm-fms": "fms-fsdp", "ibm-fms-fsdp": "fms-fsdp",
+                     "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
+
+
+def framework_id(value) -> str | None:
+    """The catalog framework ``value`` names, as the catalog spells it or another way
+    (FRAMEWORK_ALIASES; any case, underscores or spaces for hyphens), or None."""
+    if not isinstance(value, str):
+        return None
+    name = value.strip().lower().replace("_", "-").replace(" ", "-")
+    name = FRAMEWORK_ALIASES.get(name, name)
+    return name if name in frameworks() else None
+
+
 def recipes(framework: str) -> list[dict]:
     """A framework's published recipes, where they set switches its preset does not
     (recipes.yaml: the entries a case from that framework's benchmarks matches)."""

@@ -33,28 +33,6 @@ def _get(case: dict, path: str, where: str):
     return node
 
 
-#: other spellings of the catalog's framework names (SCHEMA.md's list is open-ended): Megatron-Bridge
-#: runs Megatron-Core (the megatron-core preset is read from its performance recipes); mcore is
-#: Megatron-Core's own short name; llmfoundry is llm-foundry's package name and Composer its
-#: trainer (MosaicML's); FSDP runs of other trainers take PyTorch FSDP's defaults, as do PyTorch's own
-#: training loops (DDP) and the trainers over them that run the model's modules eager (Hugging Face
-#: Transformers, Accelerate and TRL; LitGPT); IBM's fms-fsdp is the Foundation Model Stack's
-#: (fms, its model package's name); Megatron-DeepSpeed and GPT-NeoX run
-#: Megatron's layers on DeepSpeed's engine (its pipeline engine and ZeRO); Megatron alone is the
-#: Megatron-LM repository and its command-line defaults (--overlap-grad-reduce and the like are opt-in)
-_FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-core", "mcore": "megatron-core",
-                      "llmfoundry": "llm-foundry", "composer": "llm-foundry", "mosaicml": "llm-foundry",
-                      "mosaicml-composer": "llm-foundry", "mosaicml-llm-foundry": "llm-foundry",
-                      "fsdp": "pytorch-fsdp", "fsdp2": "pytorch-fsdp", "pytorch-fsdp2": "pytorch-fsdp",
-                      "pytorch": "pytorch-fsdp", "pytorch-ddp": "pytorch-fsdp", "ddp": "pytorch-fsdp",
-                      "huggingface": "pytorch-fsdp", "hugging-face": "pytorch-fsdp", "hf": "pytorch-fsdp",
-                      "transformers": "pytorch-fsdp", "hf-transformers": "pytorch-fsdp", "huggingface-transformers": "pytorch-fsdp",
-                      "hugging-face-transformers": "pytorch-fsdp", "accelerate": "pytorch-fsdp", "hf-accelerate": "pytorch-fsdp",
-                      "huggingface-accelerate": "pytorch-fsdp", "trl": "pytorch-fsdp", "litgpt": "pytorch-fsdp", "lit-gpt": "pytorch-fsdp",
-                      "fms": "fms-fsdp", "foundation-model-stack": "fms-fsdp", "ibm-fms": "fms-fsdp", "ibm-fms-fsdp": "fms-fsdp",
-                      "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
-
-
 #: precisions as published tables and training flags spell them (keyed by name_key: letters and
 #: digits only): (plan precision, FP8 scaling or None for the framework's). Megatron-Bridge's
 #: performance tables write FP8-CS (current scaling), FP8-DS (delayed), FP8-MX and MXFP8 (a scale
@@ -260,7 +238,7 @@ def framework_name(value, source=None) -> str | None:
         return None
     lead = _name(_qualifiers(value)[0])  # "torchtitan (torch.compile)", "FSDP2 + torch.compile"
     for name in (_name(value), re.sub(r"-v?\d[\d.]*$", "", _name(value)), lead, re.sub(r"-v?\d[\d.]*$", "", lead)):
-        name = _FRAMEWORK_ALIASES.get(name, name)
+        name = catalog.FRAMEWORK_ALIASES.get(name, name)
         if name == "nemo":
             return _nemo_era(value) or _nemo_era(source) or name
         if name in catalog.frameworks():

@@ -211,13 +211,15 @@ class Plan(Spec):
     @model_validator(mode="before")
     @classmethod
     def _framework_defaults(cls, data):
-        """A framework fills the overlap options its users get by default; fields given win."""
+        """A framework fills the overlap options its users get by default; fields given win. It
+        may be named another way (catalog.FRAMEWORK_ALIASES: huggingface, fsdp2, mcore...)."""
         if isinstance(data, dict) and isinstance(data.get("framework"), str):
             from meshplan import catalog
 
-            preset = catalog.frameworks().get(data["framework"])
+            name = catalog.framework_id(data["framework"]) or data["framework"]
+            preset = catalog.frameworks().get(name)
             if preset:
-                data = {**preset, **data}
+                data = {**preset, **data, "framework": name}
         return data
 
     @field_validator("pipeline_layout", mode="before")
