@@ -45,8 +45,7 @@ _PRECISION_ALIASES = {
     "fp8ds": ("fp8", "delayed"), "fp8delayed": ("fp8", "delayed"), "fp8delayedscaling": ("fp8", "delayed"),
     "fp8mx": ("fp8", "block"), "mxfp8": ("fp8", "block"), "nvfp4": ("fp4", "nvfp4"), "mxfp4": ("fp4", "block"),
     "float8": ("fp8", None), "float8e4m3fn": ("fp8", None), "fp8e4m3": ("fp8", None), "fp8hybrid": ("fp8", None),
-    "bfloat16": ("bf16", None), "bf16mixed": ("bf16", None), "bf16true": ("bf16", None),
-    "purebf16": ("bf16", None), "bf16pure": ("bf16", None),
+    "bfloat16": ("bf16", None), "bf16mixed": ("bf16", None),
     "float16": ("fp16", None), "16mixed": ("fp16", None), "fp16mixed": ("fp16", None), "float32": ("fp32", None),
 }
 
@@ -55,6 +54,7 @@ _PRECISION_ALIASES = {
 #: PyTorch loops say; bf16, bf16-mixed and the rest keep fp32 master weights or run autocast over
 #: fp32 ones
 _PURE_BF16 = {"bf16true", "purebf16", "bf16pure"}
+_PRECISION_ALIASES.update(dict.fromkeys(_PURE_BF16, ("bf16", None)))
 
 #: ffn_type as configs spell it (keyed by name_key): NeMo's Nemotron configs say squared-relu,
 #: Hugging Face's Nemotron config relu2 (hidden_act), both the schema's squared_relu; Hugging
