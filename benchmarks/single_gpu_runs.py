@@ -240,10 +240,12 @@ def host_run(model_name, device, layers=None, reps=20):
 def schema_model(name: str) -> dict:
     """A CONFIGS entry in the validation schema's model fields."""
     c = CONFIGS[name]
-    if c["model_type"] == "gpt2":  # a plain GELU MLP of 4h, tied embeddings (GPT2LMHeadModel)
+    if c["model_type"] == "gpt2":  # a GELU MLP of 4h, tied embeddings (GPT2LMHeadModel); GPT2Config's
+        # activation_function defaults to gelu_new
         return dict(name=name, arch="dense", num_layers=c["n_layer"], hidden_size=c["n_embd"],
                     num_attention_heads=c["n_head"], num_kv_heads=c["n_head"], ffn_hidden_size=4 * c["n_embd"],
-                    ffn_type="gelu", vocab_size=c["vocab_size"], tied_embeddings=True)
+                    ffn_type="gelu", activation_function=c.get("activation_function", "gelu_new"),
+                    vocab_size=c["vocab_size"], tied_embeddings=True)
     model = dict(name=name, arch="dense", num_layers=c["num_hidden_layers"], hidden_size=c["hidden_size"],
                  num_attention_heads=c["num_attention_heads"], num_kv_heads=c["num_key_value_heads"],
                  ffn_hidden_size=c["intermediate_size"], ffn_type="swiglu", vocab_size=c["vocab_size"],

@@ -9,6 +9,8 @@ import pytest
 
 import meshplan
 from meshplan.costs.costed import cost_program
+from meshplan.errors import MeshplanError
+from meshplan.specs.base import build
 from meshplan.io.validation_cases import run_case
 from meshplan.parallel.program import build_program
 from meshplan.specs.model import TransformerModel
@@ -58,6 +60,33 @@ def test_an_eager_rmsnorm_in_fp32_has_no_casts():
 
 def test_layernorm_runs_one_kernel_eager_or_fused():
     assert _ops(GPT, eager=True)["norm_attn"] == _ops(GPT, eager=False)["norm_attn"]
+
+
+GPT2 = dict(GPT, activation_function="gelu_new")
+F = GPT["ffn_hidden_size"]
+
+
+def test_an_eager_gelu_new_moves_what_its_kernels_move():
+    """GPT-2's gelu_new op by op under autocast: the cast up 2+4, pow 8, scale 8, add 2+4+4,
+    scale 8, tanh 8, 1 + 8, 0.5·x 2+2, product 2+4+4, the down projection's cast 4+2 = 76 bytes
+    a value; backward 118; it keeps the fp32 pow input, tanh's output, 1 + tanh and 0.5·x
+    (3 x 4 + 2). In fp32: 72 and 112, the same 16 kept. Fused, or a gelu FFN: one kernel."""
+    eager = _ops(GPT2, eager=True)["mlp_activation"]
+    assert eager.bytes == 76.0 * T * F and eager.bytes * backward_work(eager) == pytest.approx(118.0 * T * F)
+    assert [s.bytes for s in eager.saved] == [14.0 * T * F] and eager.launches == 7
+    fp32 = _ops(GPT2, eager=True, act_bytes=4.0)["mlp_activation"]
+    assert fp32.bytes == 72.0 * T * F and fp32.bytes * backward_work(fp32) == pytest.approx(112.0 * T * F)
+    assert [s.bytes for s in fp32.saved] == [16.0 * T * F]
+    one_kernel = _ops(GPT, eager=False)["mlp_activation"]
+    assert _ops(GPT2, eager=False)["mlp_activation"] == _ops(GPT, eager=True)["mlp_activation"] == one_kernel
+    assert one_kernel.bytes == 4.0 * T * F and [s.bytes for s in one_kernel.saved] == [2.0 * T * F]
+
+
+@pytest.mark.parametrize("ffn_type, activation", [("swiglu", "gelu_new"), ("gelu", "silu"), ("relu", "gelu")])
+def test_an_activation_of_another_ffn_is_refused(ffn_type, activation):
+    with pytest.raises(MeshplanError) as err:
+        build(TransformerModel, {**GPT, "ffn_type": ffn_type, "activation_function": activation}, "model")
+    assert err.value.field == "model.activation_function" and ffn_type in err.value.valid
 
 
 def test_rotary_embeddings_rotate_the_queries_and_keys():
@@ -245,3 +274,22 @@ def test_the_eager_counts_are_what_pytorch_dispatches():
 
     forward, backward = _dispatched_bytes(rotary, q)
     assert forward == pytest.approx(20.0, abs=0.5) and backward == pytest.approx(20.0, abs=0.5)
+
+
+def test_gelu_new_counts_are_what_pytorch_dispatches():
+    """transformers' NewGELUActivation on the CPU under the counting dispatch mode: under CUDA
+    autocast its pow runs in fp32 (the cast written out here, as autocast inserts it) and the
+    next linear layer casts the fp32 result back to bf16: 76 bytes a value forward, 118 backward;
+    in fp32, 72 and 112."""
+    torch = pytest.importorskip("torch")
+    import math
+
+    def gelu_new(x, autocast):
+        cubed = torch.pow(x.float() if autocast else x, 3.0)
+        y = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * cubed)))
+        return y.to(x.dtype)
+
+    for dtype, autocast, expected in ((torch.bfloat16, True, (76.0, 118.0)), (torch.float32, False, (72.0, 112.0))):
+        x = torch.randn(64, 1024, dtype=dtype, requires_grad=True)
+        forward, backward = _dispatched_bytes(lambda v: gelu_new(v, autocast), x)
+        assert (forward, backward) == pytest.approx(expected, abs=0.5)

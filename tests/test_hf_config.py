@@ -74,6 +74,7 @@ def test_gpt2_fields():
     assert model.num_kv_heads is None
     assert (model.ffn_type, model.norm, model.tied_embeddings) == ("gelu", "layernorm", True)
     assert (model.vocab_size, model.seq_len) == (50257, 1024)
+    assert model.activation_function == "gelu_new"  # GPT2Config's default, op by op when eager
 
 
 def test_gpt_neox_pythia_160m():
@@ -87,6 +88,7 @@ def test_gpt_neox_pythia_160m():
     model = model_from_hf_config(cfg)
     assert model.id == "EleutherAI/pythia-160m"
     assert (model.ffn_type, model.norm, model.seq_len) == ("gelu", "layernorm", 2048)
+    assert model.activation_function is None  # PyTorch's GELU, one kernel
     assert model.num_params == pytest.approx(162_322_944, rel=0.02)
 
 

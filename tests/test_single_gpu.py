@@ -22,7 +22,7 @@ from meshplan import api, catalog
 from meshplan.costs.compute import Roofline
 from meshplan.errors import MeshplanError
 from meshplan.io.case_inputs import case_inputs
-from meshplan.io.validation_cases import load_cases, validate
+from meshplan.io.validation_cases import load_cases, run_case, validate
 from meshplan.parallel.memory import state_bytes_per_param
 from meshplan.parallel.program import build_program
 
@@ -65,19 +65,17 @@ def test_a_bf16_true_model_keeps_no_fp32_copy():
 
 def test_pytorchs_loss_gradients_set_an_eager_runs_peak_memory():
     """PyTorch's cross-entropy keeps the fp32 log-softmax and its backward writes the logits'
-    fp32 gradient and 16-bit cast beside it (EAGER_LOSS_GRAD_BYTES): the measured peaks of the
-    runs a gelu or SwiGLU FFN describes, median within 12% (17% without), Llama 3.2 1B at 8192
-    tokens within 5%."""
+    fp32 gradient and 16-bit cast beside it (EAGER_LOSS_GRAD_BYTES): the measured peaks of every
+    run, Hugging Face's GPT-2 with what its eager gelu_new keeps, median within 12% (17% without
+    the loss's gradients), Llama 3.2 1B at 8192 tokens within 5%."""
     errors = {}
     for path in (H100_CASES, EAGER / "cases.yaml"):
         for case in load_cases(path):
-            if case["id"].startswith(("gpt2_", "gpt2-padded", "gpt2-medium")):
-                continue  # Hugging Face's GPT-2 keeps gelu_new's and dropout's tensors too
             estimate = api.estimate(**case_inputs(case, case["id"]))
-            errors[case["id"]] = estimate.memory.total_bytes / (case["measured"]["peak_allocated_gib"] * 2**30) - 1
-    assert len(errors) == 12
+            errors[path, case["id"]] = estimate.memory.total_bytes / (case["measured"]["peak_allocated_gib"] * 2**30) - 1
+    assert len(errors) == 16
     assert statistics.median(abs(e) for e in errors.values()) < 0.12
-    assert abs(errors["llama3.2-1b_mixed_mb4_s2048"]) < 0.05
+    assert abs(errors[H100_CASES, "llama3.2-1b_mixed_mb4_s2048"]) < 0.05
 
 
 def _adam_rows():
@@ -171,13 +169,42 @@ def test_gpt2s_unpadded_vocabulary_costs_what_the_h200_measured(h200_runs):
 def test_runs_measured_after_the_model_was_set_within_5_percent(h200_runs):
     """Measured on an H200 once the model above was written, none of it fitted on them: GPT-2
     with a plain GELU and no dropout (what a gelu FFN says), Qwen2.5 1.5B, Llama 3.2 1B at 2 x
-    4096, Llama 3.1 8B as a bf16 model with full recompute. Hugging Face's GPT-2 as configured
-    (gelu_new, eight fp32 elementwise ops under autocast, and dropout 0.1) runs 29.7 ms longer
-    than the plain one, which a gelu FFN does not describe: those two stay 29-37% fast."""
+    4096, Llama 3.1 8B as a bf16 model with full recompute."""
     held = {k: r for k, r in h200_runs.items() if k not in ("gpt2_mixed_mb16_s1024", "gpt2-padded_mixed_mb16_s1024")}
     assert len(held) == 4
     for case_id, r in held.items():
         assert abs(r.relative_error) < 0.05, (case_id, r.relative_error)
+
+
+def test_hugging_face_gpt2_pays_for_its_eager_gelu_new(h100_runs, h200_runs):
+    """Hugging Face's GPT-2 runs its gelu_new op by op (workloads.transformer._activation, nothing
+    fitted): the padded GPT-2 ran 28.9 ms longer than the same model with PyTorch's exact GELU and
+    no dropout on the H200, the model's gelu_new says 26.5 (dropout 0.1 is not modelled, which
+    leaves the runs 2-7% fast). Before, a gelu FFN's one kernel left them 29-37% fast."""
+    configured, plain = h200_runs["gpt2-padded_mixed_mb16_s1024"], h200_runs["gpt2-plain_mixed_mb16_s1024"]
+    measured = configured.measured_step_time_s - plain.measured_step_time_s
+    assert configured.predicted_step_time_s - plain.predicted_step_time_s == pytest.approx(measured, rel=0.15)
+    gpt2 = [r for runs in (h100_runs, h200_runs) for k, r in runs.items() if k.startswith("gpt2") and "plain" not in k]
+    assert len(gpt2) == 4
+    for r in gpt2:
+        assert -0.08 < r.relative_error < 0, (r.id, r.relative_error)
+
+
+def test_a_case_naming_gpt2_takes_its_activation_from_the_catalog():
+    """A case that names GPT-2 and repeats its dimensions runs gelu_new, as Hugging Face's config
+    says (catalog gpt2); one that says its activation keeps it."""
+    case = next(c for c in load_cases(H100_CASES) if c["id"] == "gpt2_mixed_mb16_s1024")
+    del case["model"]["activation_function"]
+    case["model"]["name"] = "GPT-2"
+    named = run_case(case, 0)
+    assert "activation_function from the catalog's gpt2" in named.note
+    assert named.predicted_step_time_s == pytest.approx(h100_case_time("gpt2_mixed_mb16_s1024"), rel=1e-9)
+    case["model"]["hidden_act"] = "gelu"
+    assert run_case(case, 0).predicted_step_time_s < 0.8 * named.predicted_step_time_s
+
+
+def h100_case_time(case_id: str) -> float:
+    return next(r for r in validate(H100_CASES) if r.id == case_id).predicted_step_time_s
 
 
 def _logits(framework: str, tp: int):

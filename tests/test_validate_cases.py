@@ -607,8 +607,17 @@ def test_a_case_may_say_its_norm_and_positions(estimated, extra, norm, rotary):
     assert (model.norm, model.rotary) == (norm, rotary)
 
 
+@pytest.mark.parametrize("extra, activation", [({}, None), ({"activation_function": "gelu_new"}, "gelu_new"),
+                                               ({"hidden_act": "GELU"}, "gelu"), ({"activation_function": "gelu_pytorch_tanh"}, "gelu_pytorch_tanh")])
+def test_a_case_may_say_its_activation_as_configs_name_it(estimated, extra, activation):
+    """Hugging Face's names (activation_function, hidden_act): gelu_new is GPT-2's op-by-op GELU."""
+    assert run_case(case(model={**GOOD["model"], **extra}), 0).error is None
+    assert TransformerModel(**estimated["model"]).activation_function == activation
+
+
 @pytest.mark.parametrize("extra, field", [({"norm": "batchnorm"}, "model.norm"), ({"pos_emb": "xpos"}, "model.pos_emb"),
-                                          ({"rotary": "maybe"}, "model.rotary")])
+                                          ({"rotary": "maybe"}, "model.rotary"), ({"hidden_act": "gelu_fast"}, "model.hidden_act"),
+                                          ({"activation_function": "silu"}, "model.activation_function")])
 def test_an_unknown_norm_or_position_is_refused_naming_it(extra, field):
     result = run_case(case(model={**GOOD["model"], **extra}), 0)
     assert result.error.startswith(f"sc21_1p7b.{field}")

@@ -16,6 +16,7 @@ from meshplan.errors import MeshplanError
 from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.dlrm_scenario import dlrm_framework
+from meshplan.specs.model import ACTIVATION_FFN_TYPES
 from meshplan.specs.strategy import LAYER_KINDS
 
 _MODEL_FIELDS = (
@@ -165,10 +166,23 @@ _POSITIONS = {"rope": True, "rotary": True, "learned": False, "absolute": False,
 _POSITION_KEYS = ("position_embedding", "position_embedding_type", "pos_emb", "positional_encoding")
 
 
+#: keys a config names the FFN's activation by (Hugging Face: GPT-2's activation_function, the
+#: Llama family's hidden_act), and the activations by name_key (ACT2FN's "swish" is silu)
+_ACTIVATION_KEYS = ("activation_function", "hidden_act")
+_ACTIVATIONS = {name_key(name): name for name in ACTIVATION_FFN_TYPES} | {"swish": "silu"}
+
+
 def _architecture(model: dict, where: str) -> dict:
-    """The model's ``norm`` and ``rotary`` where the case says them; otherwise they follow its FFN
-    (specs.model.family_defaults) or the catalog model it names."""
+    """The model's ``norm``, ``rotary`` and ``activation_function`` where the case says them;
+    otherwise they follow its FFN (specs.model.family_defaults) or the catalog model it names."""
     out = {}
+    said = [(k, model[k]) for k in _ACTIVATION_KEYS if model.get(k) is not None]
+    if said:
+        key, value = said[0]
+        name = _ACTIVATIONS.get(name_key(value)) if isinstance(value, str) else None
+        if name is None:
+            raise MeshplanError(f"{where}.model.{key}", value, f"one of {', '.join(ACTIVATION_FFN_TYPES)}")
+        out["activation_function"] = name
     if model.get("norm") is not None:
         norm = _NORMS.get(name_key(model["norm"])) if isinstance(model["norm"], str) else None
         if norm is None:

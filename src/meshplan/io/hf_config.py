@@ -143,6 +143,7 @@ def model_from_hf_config(
         "num_attention_heads": _size(config, family.heads, where),
         "ffn_hidden_size": ffn,
         "ffn_type": _ffn_type(config, family, where),
+        "activation_function": _composite_activation(config, family),
         "vocab_size": _size(config, "vocab_size", where),
         "tied_embeddings": _flag(config, "tie_word_embeddings", family.tied_default, where),
         "norm": _norm(config, family),
@@ -267,9 +268,20 @@ def _flag(config: dict[str, Any], key: str, default: bool, where: str | None) ->
     return value
 
 
-def _ffn_type(config: dict[str, Any], family: _Family, where: str | None) -> str:
+def _activation_name(config: dict[str, Any], family: _Family) -> tuple[str, Any]:
     key = next((k for k in family.activation_keys if config.get(k) is not None), family.activation_keys[-1])
-    act = config.get(key) or family.default_activation
+    return key, config.get(key) or family.default_activation
+
+
+def _composite_activation(config: dict[str, Any], family: _Family) -> str | None:
+    """gelu_new where the config names it (GPT-2's default): the activation the model's code
+    writes as separate tensor ops (TransformerModel.activation_function); None for one kernel."""
+    _, act = _activation_name(config, family)
+    return "gelu_new" if isinstance(act, str) and act.lower() == "gelu_new" and not family.gated else None
+
+
+def _ffn_type(config: dict[str, Any], family: _Family, where: str | None) -> str:
+    key, act = _activation_name(config, family)
     if not isinstance(act, str):
         raise MeshplanError(key, act, "an activation name such as silu or gelu", hint=where)
     name = act.lower()

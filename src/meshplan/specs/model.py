@@ -19,6 +19,14 @@ BLOCK_KINDS = ("layer", "attention", "mlp")
 #: weight matrices in the FFN of each type: 2 (up, down) or 3 (gate, up, down)
 FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3, "geglu": 3}
 
+#: FFN activations as Hugging Face configs name them (config.json activation_function or
+#: hidden_act; transformers.activations.ACT2FN), with the FFN types each computes. Each is one
+#: PyTorch kernel but gelu_new: GPT-2's tanh approximation written as eight tensor ops
+#: (NewGELUActivation, from the original GPT-2 code; GPT-2, GPT-J and CodeGen configs name it)
+ACTIVATION_FFN_TYPES = {"gelu": ("gelu", "geglu"), "gelu_pytorch_tanh": ("gelu", "geglu"), "gelu_new": ("gelu",),
+                        "relu": ("relu",), "silu": ("swiglu",)}
+ActivationFunction = Literal["gelu", "gelu_pytorch_tanh", "gelu_new", "relu", "silu"]
+
 
 def family_defaults(ffn_type) -> dict:
     """The norm and positions of the published decoders with this FFN (TransformerModel.norm):
@@ -87,6 +95,10 @@ class TransformerModel(Spec):
     head_dim: Count | None = None  # None: hidden_size / heads
     ffn_hidden_size: Count | None = None  # the dense FFN; None only when every layer is MoE
     ffn_type: FfnType = "gelu"
+    # the FFN's activation as the model's own code computes it (ACTIVATION_FFN_TYPES); None: one
+    # kernel of the ffn_type's function. It matters where that code runs eager (fusion: eager):
+    # gelu_new is then ten kernels each way (workloads.transformer._activation)
+    activation_function: ActivationFunction | None = None
     vocab_size: Count
     tied_embeddings: bool = False
     # None: as the published decoders with this FFN have it. Gated FFNs (SwiGLU, GeGLU: Llama,
@@ -148,6 +160,11 @@ class TransformerModel(Spec):
             raise MeshplanError("mtp_layers", self.mtp_layers, f"0: block {self.block!r} has no output head to predict from")
         if self.num_attention_heads % self.kv_heads:
             raise MeshplanError("num_kv_heads", self.kv_heads, f"a divisor of num_attention_heads ({self.num_attention_heads})")
+        ffn_types = ACTIVATION_FFN_TYPES.get(self.activation_function, (self.ffn_type,))
+        if self.ffn_type not in ffn_types:
+            raise MeshplanError("activation_function", self.activation_function,
+                                f"the activation of ffn_type {self.ffn_type!r}, or leave it out "
+                                f"({self.activation_function} is that of {' or '.join(ffn_types)})")
         return self
 
     @property

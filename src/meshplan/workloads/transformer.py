@@ -24,6 +24,8 @@ OPMATH_BYTES = 4.0  # PyTorch computes 16-bit elementwise math in fp32 (at::opma
 #: over its 10 lowered ops, 1.5 an op (Op.launches)
 EAGER_RMSNORM_LAUNCHES = round(8 / 1.5)
 EAGER_ROTARY_LAUNCHES = round(6 / 1.5)
+#: and for an eager gelu_new under autocast: the cast up, its eight ops and the cast down (_activation)
+EAGER_GELU_NEW_LAUNCHES = round(10 / 1.5)
 
 
 def _norm(name: str, tokens: float, width: float, act_bytes: float, model: TransformerModel, eager: bool, shard: str = "sp",
@@ -186,7 +188,34 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
     return _standalone_casts(tuple(ops)) if eager else tuple(ops)
 
 
-def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_bytes: float, experts: int = 0) -> tuple[Op, ...]:
+def _activation(model: TransformerModel, prefix: str, tokens: float, f: float, act_bytes: float, eager: bool) -> Op:
+    """The FFN's activation over ``tokens`` rows of ``f``. One kernel (a library's, or fused with
+    its neighbours): it reads the up projection's output (both halves of a gated FFN) and writes
+    f values, keeping its input. Hugging Face's gelu_new run eager is GPT-2's tanh approximation
+    op by op, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (transformers NewGELUActivation). Under
+    autocast over a-byte activations the pow runs in fp32 (CUDA autocast's fp32 list), so its
+    input is cast up and every op after it writes fp32; the down projection casts the result
+    back: 6a + 64 bytes a value (76 in bf16) over ten kernels. Autograd's backward moves 13a + 92
+    (118): the cast gradients, the products' two sides, tanh's backward, pow's three kernels and
+    the sums of x's three gradients. It keeps the fp32 input of the pow, tanh's output, 1 + tanh
+    and the a-byte 0.5·x: 12 + a bytes. With fp32 activations there are no casts: 72 and 112
+    bytes (tests/test_fusion.py counts both as PyTorch dispatches them)."""
+    a, values = act_bytes, tokens * f
+    up_width = (model.ffn_matrices - 1) * f
+    if not (eager and model.activation_function == "gelu_new"):
+        return Op(f"{prefix}_activation", "elementwise", "tp", flop=8.0 * values, bytes=(up_width + f) * tokens * a,
+                  saved=(Saved(f"{prefix}_activation_in", up_width * tokens * a, "tp"),),
+                  memory_class="gated_activation" if model.ffn_matrices == 3 else "activation")
+    casts = a != OPMATH_BYTES
+    forward = 6.0 * a + 64.0 if casts else 72.0
+    backward = 13.0 * a + 92.0 if casts else 112.0
+    return Op(f"{prefix}_activation", "elementwise", "tp", flop=8.0 * values, bytes=forward * values,
+              saved=(Saved(f"{prefix}_activation_in", (3.0 * OPMATH_BYTES + a) * values, "tp"),), memory_class="copy",
+              backward_scale=backward / forward, launches=EAGER_GELU_NEW_LAUNCHES)
+
+
+def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_bytes: float, experts: int = 0,
+             eager: bool = False) -> tuple[Op, ...]:
     """Up (and gate) projection, activation, down projection over ``tokens`` tokens; with
     ``experts`` > 0, the grouped GEMMs of that many routed experts (their weights, one token
     stream)."""
@@ -197,15 +226,7 @@ def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_
     return (
         _matmul(f"{prefix}_up", tokens, h, up_width, "n", copies * (h * up_width + up_width), (Saved(f"{prefix}_up_in", x, "sp"),), experts > 0,
                 input_fused=experts == 0, grad_fused=True),
-        Op(
-            f"{prefix}_activation",
-            "elementwise",
-            "tp",
-            flop=8.0 * tokens * f,
-            bytes=(up_width + f) * tokens * act_bytes,
-            saved=(Saved(f"{prefix}_activation_in", up_width * tokens * act_bytes, "tp"),),
-            memory_class="gated_activation" if model.ffn_matrices == 3 else "activation",
-        ),
+        _activation(model, prefix, tokens, f, act_bytes, eager),
         _matmul(f"{prefix}_down", tokens, f, h, "k", copies * (f * h + h), (Saved(f"{prefix}_down_in", tokens * f * act_bytes, "tp"),), experts > 0,
                 input_fused=True),
     )
@@ -219,7 +240,7 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
     mask = t * h * MASK_BYTES
     ops = [_norm("norm_mlp", t, h, act_bytes, model, eager)]
     if not moe:
-        ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes)
+        ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes, eager=eager)
     else:
         m = model.moe
         routed = t * m.top_k * m.routed_factor  # token copies the busiest device's experts take
@@ -228,12 +249,12 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
             Op("router_topk", "elementwise", "sp", flop=5.0 * t * m.num_experts, bytes=2.0 * t * m.num_experts * 4.0, memory_class="softmax"),
             # permute token copies into expert order before dispatch, and back after combine
             Op("dispatch_permute", "elementwise", "sp", bytes=2.0 * t * m.top_k * h * act_bytes),
-            *_ffn_ops(model, "experts", routed, m.expert_ffn_hidden_size, act_bytes, experts=m.num_experts),
+            *_ffn_ops(model, "experts", routed, m.expert_ffn_hidden_size, act_bytes, experts=m.num_experts, eager=eager),
             Op("combine_unpermute", "elementwise", "sp", flop=2.0 * t * m.top_k * h, bytes=2.0 * t * m.top_k * h * act_bytes,
                saved=(Saved("combine_weights", t * m.top_k * 4.0, "sp"),)),
         ]
         if m.shared_experts:
-            ops += _ffn_ops(model, "shared", t, m.shared_experts * m.expert_ffn_hidden_size, act_bytes)
+            ops += _ffn_ops(model, "shared", t, m.shared_experts * m.expert_ffn_hidden_size, act_bytes, eager=eager)
     ops.append(Op("residual_mlp", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_mlp", mask, "sp"),)))
     return _standalone_casts(tuple(ops)) if eager else tuple(ops)
 
