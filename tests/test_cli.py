@@ -79,6 +79,19 @@ def test_config_with_set_override_matches_flags(monkeypatch, capsys, tmp_path):
     assert from_flags == from_config
 
 
+def test_set_changes_one_field_of_a_catalog_model_or_cluster(monkeypatch, capsys, tmp_path):
+    """--set model.seq_len on a config naming a catalog model keeps the rest of the model (before,
+    the name gave way to a mapping of the one field, and the run failed on num_layers)."""
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"model": "gpt2", "cluster": "dgx-h100", "devices": 1}))
+    base = run_json(monkeypatch, capsys, "estimate", "--config", str(config))
+    longer = run_json(monkeypatch, capsys, "estimate", "--config", str(config), "--set", "model.seq_len=2048")
+    assert longer["plan"]["seq_len"] == 2048 and base["plan"]["seq_len"] == 1024
+    assert longer["params"] == base["params"] and longer["step_time_s"] > base["step_time_s"]
+    slower = run_json(monkeypatch, capsys, "estimate", "--config", str(config), "--set", "cluster.device.hbm_bytes_per_s=1 TB/s")
+    assert slower["step_time_s"] > base["step_time_s"]
+
+
 def test_config_accepts_a_cluster_mapping(monkeypatch, capsys, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(

@@ -37,10 +37,21 @@ def apply_override(config: dict, assignment: str) -> dict:
         value = raw
     out = dict(config)
     node = out
-    for part in path[:-1]:
+    for depth, part in enumerate(path[:-1]):
         child = node.get(part)
+        if depth == 0 and isinstance(child, str) and part in ("model", "cluster"):
+            child = _fields(part, child)
         child = dict(child) if isinstance(child, dict) else {}
         node[part] = child
         node = child
     node[path[-1]] = value
     return out
+
+
+def _fields(key: str, name: str) -> dict:
+    """The model or cluster a config names (a catalog id, a config.json path) as the mapping of
+    its fields, so that ``--set model.seq_len=4096`` changes that one field of it."""
+    from meshplan import api
+
+    spec = api.resolve_model(name) if key == "model" else api.resolve_cluster(name)
+    return spec.model_dump()
