@@ -19,7 +19,9 @@ Attention flop follow the estimator's convention (``workloads/transformer.py``: 
 benchmark convention the CSV's ``fwd_flop`` column uses; a causal kernel computes half the square
 the estimator counts, so its fraction may pass 1 and is capped there (a Fraction). What is not measured (embedding
 lookups, ridge point) is kept from the device's catalog profile; the overlap slowdown too, unless
-GEMMs were timed beside all-gathers on GPUs under torchrun (overlap.csv, ``fit_overlap``).
+GEMMs were timed beside all-gathers on GPUs under torchrun (overlap.csv, ``fit_overlap``). Where
+the profile is applied, the catalog profile's other flash-attention generations and unaligned
+GEMMs join it too (``specs.profile.with_unmeasured``).
 
 Where the folder holds enough GEMM, attention and memory rows (a full run, not ``--quick``), the
 profile also carries a ``kernels:`` block (the shape-aware kernel models, which then replace the

@@ -40,8 +40,9 @@ class Profile(Spec):
     def apply(self, cluster: Cluster) -> Cluster:
         """``cluster`` with this profile's efficiency on its device and, for each measured level it
         has, efficiency = measured bus bandwidth / the level's bandwidth (at most 1) and the
-        measured latency."""
-        device = cluster.device.model_copy(update={"efficiency": inline(self.efficiency)})
+        measured latency. What calibrate does not measure, the device's own profile keeps
+        (with_unmeasured)."""
+        device = cluster.device.model_copy(update={"efficiency": inline(with_unmeasured(self.efficiency, cluster.device.efficiency))})
         levels = list(cluster.levels)
         for measured in self.network:
             if measured.level < len(levels):
@@ -51,6 +52,23 @@ class Profile(Spec):
                     "latency_s": measured.latency_s,
                 })
         return cluster.model_copy(update={"device": device, "levels": tuple(levels)})
+
+
+def with_unmeasured(measured: Efficiency, profile_id: str) -> Efficiency:
+    """``measured`` with what a calibration leaves out taken from the device's profile
+    ``profile_id``: the other flash-attention generations' published speeds (attention_kernels)
+    and the unaligned GEMMs' fractions (kernels.unaligned_gemm), both fractions of what the
+    measured kernels run at."""
+    from meshplan import catalog
+
+    base = catalog.efficiency(profile_id)
+    update: dict[str, Any] = {}
+    if not measured.attention_kernels and base.attention_kernels:
+        update["attention_kernels"] = base.attention_kernels
+    if (measured.kernels is not None and measured.kernels.unaligned_gemm is None and base.kernels is not None
+            and base.kernels.unaligned_gemm is not None):
+        update["kernels"] = measured.kernels.model_copy(update={"unaligned_gemm": base.kernels.unaligned_gemm})
+    return measured.model_copy(update=update) if update else measured
 
 
 def inline(efficiency: Efficiency) -> str:
