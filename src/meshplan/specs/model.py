@@ -97,7 +97,7 @@ class TransformerModel(Spec):
     ffn_type: FfnType = "gelu"
     # the FFN's activation as the model's own code computes it (ACTIVATION_FFN_TYPES); None: one
     # kernel of the ffn_type's function. It matters where that code runs eager (fusion: eager):
-    # gelu_new is then ten kernels each way (workloads.transformer._activation)
+    # gelu_new is then ten kernels forward and fifteen backward (workloads.transformer._activation)
     activation_function: ActivationFunction | None = None
     vocab_size: Count
     tied_embeddings: bool = False
