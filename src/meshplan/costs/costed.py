@@ -363,11 +363,13 @@ def cost_program(program: Program) -> CostedProgram:
     def cap(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...]) -> dict[str, OpTimes]:
         return power_capped(times, ops, roof, power, device.tdp_w, s.plan.precision, eb)
 
-    # training decoder layers only, issued op by op: serving is left to the engines' CUDA
-    # graphs, which issue a whole step at once (as Plan.cuda_graphs "full" does in training),
-    # and a block model (the rack-scale study's, DFModel's einsums) is timed as its analytical
-    # mappings time it, with no host
-    dispatched = s.task.kind != "inference" and getattr(s.model, "block", "layer") == "layer" and s.plan.cuda_graphs == "none"
+    # decoder layers issued op by op: in training, and in serving where the model's own code runs
+    # eager (fusion "eager": Hugging Face generate, a kernel at a time); serving engines' CUDA
+    # graphs issue a whole step at once (as Plan.cuda_graphs "full" does in training), and a
+    # block model (the rack-scale study's, DFModel's einsums) is timed as its analytical mappings
+    # time it, with no host
+    issued = s.task.kind != "inference" or s.plan.fusion == "eager"
+    dispatched = issued and getattr(s.model, "block", "layer") == "layer" and s.plan.cuda_graphs == "none"
     host = efficiency.kernels.host if efficiency.kernels is not None and dispatched else None
     link = s.cluster.host.link_bytes_per_s if s.cluster.host is not None else None  # activation offload's copies
     kinds = {name: _kind_times(kind, roof, eb, full, cap, wide, host, s.plan, s.model, link) for name, kind in program.kinds.items()}

@@ -10,6 +10,8 @@ sequence at once; a decode step runs one token per sequence that attends to its 
 values. Attention cost is linear in the context length, so the decode step at the mean context
 (prompt + output/2) gives the mean time per output token. A token passes the pipeline stages one
 after another, so their pass times add, with one activation send between neighbouring chunks.
+A serving engine issues each step as CUDA graphs; an eager plan (Hugging Face generate) issues
+kernel by kernel and waits for the host as eager training does (costs.costed.host_bound).
 """
 
 from __future__ import annotations
