@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from cli_runner import run_cli
+
 import meshplan
 from meshplan import api, catalog
 from meshplan.costs.compute import Roofline
@@ -236,8 +238,20 @@ def test_hugging_face_generate_waits_for_the_host_a_kernel_at_a_time():
         hf = meshplan.estimate("llama3-8b", "dgx-h100", num_devices=1, task=task, framework="huggingface", precision="bf16")
         assert hf.request_s == pytest.approx(run["step_time_s"], rel=0.20), batch
         assert hf.ttft_s == pytest.approx(run["prefill_s"], rel=0.15), batch
+        assert hf.decode.host_bound and hf.decode.host_wait_s > 0.75 * hf.tpot_s
         engine = meshplan.estimate("llama3-8b", "dgx-h100", num_devices=1, task=task, precision="bf16")
         assert engine.tpot_s < hf.tpot_s / 3
+        assert engine.decode.host_wait_s == 0.0 and not engine.decode.host_bound and engine.decode.memory_bound
+
+
+def test_a_serving_search_says_when_the_host_sets_the_pace(monkeypatch, capsys):
+    """An eager plan's decode is labelled host bound in the serving search's table, an engine's
+    by its roofline."""
+    args = ["search", "--model", "llama3-8b", "--cluster", "dgx-h100", "--devices", "8", "--task", "inference",
+            "--set", "task.batch_size=8"]
+    for framework, label, other in (("huggingface", "host bound", "memory bound"), ("megatron-core", "memory bound", "host bound")):
+        code, out, _ = run_cli(monkeypatch, capsys, *args, "--set", f"plan.framework={framework}")
+        assert code == 0 and label in out and other not in out, framework
 
 
 def h100_case_time(case_id: str) -> float:

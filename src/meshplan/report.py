@@ -168,11 +168,16 @@ def inference_table(e) -> Table:
         kind = "memory-bandwidth bound" if phase.memory_bound else "compute bound"
         return f"{format_seconds(phase.roofline_s)} ({kind})"
 
+    def waits(phase) -> list[tuple[str, str]]:
+        return [("  of which waiting for the host", format_seconds(phase.host_wait_s))] if phase.host_wait_s > 0 else []
+
     rows = [
         ("time to first token (prefill)", format_seconds(e.ttft_s)),
         ("  roofline bound", bound(e.prefill)),
+        *waits(e.prefill),
         ("time per output token (decode)", format_seconds(e.tpot_s)),
         ("  roofline bound", bound(e.decode)),
+        *waits(e.decode),
         ("  of which tp communication", format_seconds(e.decode.tp_comm_s)),
         ("request latency", format_seconds(e.request_s)),
         ("decode tokens/s", f"{e.decode_tokens_per_s:,.0f}"),
@@ -321,7 +326,7 @@ def serving_table(result) -> Table:
         table.add_row(
             str(rank), str(r["tp"]), str(r["pp"]), str(r["dp"]), format_seconds(r["ttft_s"]), format_seconds(r["tpot_s"]),
             f"{r['decode_tokens_per_s']:,.0f}", format_bytes(r["memory_bytes"]),
-            "memory bound" if r["decode_memory_bound"] else "compute bound",
+            "host bound" if r.get("decode_host_bound") else "memory bound" if r["decode_memory_bound"] else "compute bound",
         )
     return table
 

@@ -131,6 +131,8 @@ class KindTimes:
     # (offload_waits), carried by its last op
     offload_forward_s: float = 0.0
     offload_backward_s: float = 0.0
+    # of forward_s, the GPU's waits for the host to issue the ops (host_bound)
+    host_wait_forward_s: float = 0.0
 
 
 def _work_j(op: ShardedOp, power, precision: str, element_bytes: float, times: float) -> float:
@@ -304,7 +306,9 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
     ep_fwd = sum(comm_s(c) for c in kind.ep_comms)
     ep_bwd = sum(comm_s(c, backward=True) for c in kind.ep_comms)
     blocking = (ep_fwd, ep_bwd) if plan is not None and plan.ep_overlap == "none" else (0.0, 0.0)
+    gpu_forward_s = sum(t.forward_s for t in ops.values())
     ops = host_bound(ops, host, layer_issue(kind, plan, model, blocking) if host is not None and plan is not None else None)
+    host_wait_s = sum(t.forward_s for t in ops.values()) - gpu_forward_s
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
     cp_bwd = sum(comm_s(c, backward=True) for c in kind.cp_comms)
     attention = ops.get("attention", OpTimes(0.0, 0.0, 0.0))  # a block model's unit may have none
@@ -333,6 +337,7 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         cp_exposed_backward_s=max(0.0, cp_bwd - attention.backward_s),
         offload_forward_s=offload[0],
         offload_backward_s=offload[1],
+        host_wait_forward_s=host_wait_s,
     )
 
 

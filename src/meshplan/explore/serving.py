@@ -20,7 +20,7 @@ def serving_row(e) -> dict:
         "tp": p["tp"], "pp": p["pp"], "dp": p["dp"], "num_devices": e.num_devices, "batch_size": e.batch_size,
         "ttft_s": e.ttft_s, "tpot_s": e.tpot_s, "decode_tokens_per_s": e.decode_tokens_per_s,
         "tokens_per_s": e.tokens_per_s, "memory_bytes": e.memory.total_bytes, "fits": e.fits,
-        "decode_memory_bound": e.decode.memory_bound, "step_time_s": e.tpot_s,
+        "decode_memory_bound": e.decode.memory_bound, "decode_host_bound": e.decode.host_bound, "step_time_s": e.tpot_s,
     }
 
 

@@ -45,6 +45,13 @@ class PhaseTime:
 
     arithmetic_intensity: float = 0.0  # flop per byte of HBM traffic
     ridge: float = 0.0  # the device's flop per byte at which compute and bandwidth balance
+    # of time_s, the GPU's waits for the host to issue the decoder layers' kernels (an eager
+    # plan's; costs.costed.host_bound): more than half of the pass, and the host sets its pace
+    host_wait_s: float = 0.0
+
+    @property
+    def host_bound(self) -> bool:
+        return self.host_wait_s > 0.5 * self.time_s
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,8 @@ def phase_time(plan: PhasePlan, compose: bool = True) -> PhaseTime:
     timed = [schedule_pass(p, compose) for p in plan.passes]
     pp_s = plan.sends * plan.send_s
     bound = forward_bound(program)
+    kinds = plan.costed.kinds
+    host_wait = sum(role.stages * sum(n * kinds[k].host_wait_forward_s for k, n, _ in role.layer_counts) for role in program.roles)
     return PhaseTime(
         time_s=sum(n * t.time_s for n, t in zip(stages, timed)) + pp_s,
         compute_s=sum(n * t.compute_s for n, t in zip(stages, timed)),
@@ -152,6 +161,7 @@ def phase_time(plan: PhasePlan, compose: bool = True) -> PhaseTime:
         roofline_s=bound.roofline_s,
         arithmetic_intensity=bound.arithmetic_intensity,
         ridge=bound.ridge,
+        host_wait_s=host_wait,
     )
 
 
