@@ -39,6 +39,7 @@ PUBLISHED_PARAMS = {
     "gpt3-175b": 175.0e9,  # Brown et al. 2020, Table 2.1
     "gpt2": 124.44e6,  # openai-community/gpt2 safetensors total (its 1024 x 768 positions included)
     "gpt2-xl": 1557.6e6,  # openai-community/gpt2-xl safetensors total
+    "phi-2": 2779.7e6,  # microsoft/phi-2 safetensors total
     "megatron-1t": 1008.0e9,  # Narayanan et al. SC21, Table 1
     "transformer-1t": 1008.0e9,  # COMET §5.1: Megatron's 1T configuration
     "llama-65b": 65.2e9,  # Touvron et al. 2023, Table 2

@@ -92,6 +92,23 @@ def test_gpt_neox_pythia_160m():
     assert model.num_params == pytest.approx(162_322_944, rel=0.02)
 
 
+@pytest.mark.parametrize("config, params", [
+    # microsoft/phi-2 config.json; its safetensors total 2,779,683,840
+    ({"_name_or_path": "microsoft/phi-2", "model_type": "phi", "hidden_act": "gelu_new", "hidden_size": 2560,
+      "intermediate_size": 10240, "layer_norm_eps": 1e-05, "max_position_embeddings": 2048, "num_attention_heads": 32,
+      "num_hidden_layers": 32, "num_key_value_heads": 32, "partial_rotary_factor": 0.4, "tie_word_embeddings": False,
+      "vocab_size": 51200}, 2_779_683_840),
+    # EleutherAI/gpt-j-6b config.json (no tie_word_embeddings key: GPTJConfig does not tie); 6,053,381,344
+    ({"_name_or_path": "EleutherAI/gpt-j-6b", "model_type": "gptj", "n_embd": 4096, "n_head": 16, "n_layer": 28,
+      "n_positions": 2048, "rotary_dim": 64, "vocab_size": 50400, "activation_function": "gelu_new"}, 6_053_381_344),
+])
+def test_phi2_and_gptj_run_gelu_new_with_rotary_embeddings(config, params):
+    model = model_from_hf_config(config)
+    assert (model.ffn_type, model.activation_function, model.norm, model.rotary, model.tied_embeddings) == (
+        "gelu", "gelu_new", "layernorm", True, False)
+    assert model.num_params == pytest.approx(params, rel=0.02)
+
+
 def test_gemma_gated_gelu_head_dim_and_tied_default():
     # google/gemma-7b config.json (no tie_word_embeddings key: GemmaConfig ties by default);
     # published total 8,537,680,896

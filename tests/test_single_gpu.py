@@ -224,6 +224,20 @@ def test_the_lent_h100s_own_profile_keeps_what_calibrate_does_not_measure():
     assert len(errors) == 10 and statistics.median(errors) < 0.06
 
 
+def test_a_case_naming_phi2_takes_its_activation_and_positions_from_the_catalog():
+    """Phi-2 is a GELU model with rotary embeddings and gelu_new (microsoft/phi-2 config.json):
+    a case that names it and repeats its dimensions runs both, where a gelu FFN alone says
+    learned positions and one kernel."""
+    case = next(c for c in load_cases(H100_CASES) if c["id"] == "gpt2_mixed_mb16_s1024")
+    case["model"] = dict(name="Phi-2", arch="dense", num_layers=32, hidden_size=2560, num_attention_heads=32,
+                         ffn_hidden_size=10240, ffn_type="gelu", vocab_size=51200)
+    case["batch"] = dict(global_batch_sequences=4, micro_batch_size=4, seq_len=2048)
+    named = run_case(case, 0)
+    assert named.error is None and "rotary, activation_function from the catalog's phi-2" in named.note
+    case["model"]["name"] = "a GELU model"
+    assert run_case(case, 0).predicted_step_time_s < 0.85 * named.predicted_step_time_s
+
+
 def test_hugging_face_generate_waits_for_the_host_a_kernel_at_a_time():
     """Llama 3.1 8B's `model.generate` on the lent H100 (eager, greedy, dynamic cache, 512-token
     prompts, 128 new tokens): 4.31 s at batch 1, 4.51 s at 16, 42 and 251 ms of prefill. Its

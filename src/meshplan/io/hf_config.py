@@ -3,14 +3,20 @@
 The file is read with the ``json`` module: no ``transformers`` dependency, no network. Each
 supported ``model_type`` belongs to a family that says where its sizes live:
 
-- llama-style (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``, and configs with
-  no ``model_type`` that use the llama field names): ``num_hidden_layers``, ``hidden_size``,
+- llama-style (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``, ``phi3``, and
+  configs with no ``model_type`` that use the llama field names): ``num_hidden_layers``, ``hidden_size``,
   ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``,
   ``vocab_size``, ``max_position_embeddings``. The MLP is gated: SiLU gives ``swiglu``, GELU
   gives ``geglu`` (Gemma).
 - ``gpt_neox``: the same field names, a plain (ungated) GELU MLP, LayerNorm.
+- ``phi`` (Phi-1.5, Phi-2): the same field names, a plain GELU MLP whose activation defaults to
+  ``gelu_new``, LayerNorm, rotary embeddings.
 - ``gpt2``: ``n_layer``, ``n_embd``, ``n_head``, ``n_inner`` (default ``4 * n_embd``),
-  ``n_positions``; GELU MLP, LayerNorm, tied embeddings.
+  ``n_positions``; GELU MLP (``gelu_new`` by default), LayerNorm, tied embeddings. ``gptj``: the
+  same keys, rotary embeddings and an untied head.
+
+A GELU MLP whose config names ``gelu_new`` keeps it (``TransformerModel.activation_function``):
+the model's code computes it op by op.
 
 Defaults for optional fields follow the HuggingFace config class of each type (for example
 ``tie_word_embeddings`` is false for Llama and true for Gemma). Mixture-of-experts configs
@@ -25,7 +31,7 @@ setting ``"model_type": "llama"`` and passing the dict.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +88,12 @@ _GPT2 = _Family(layers="n_layer", hidden="n_embd", heads="n_head", ffn="n_inner"
                 default_activation="gelu_new", gated=False, tied_default=True,
                 norm_default="layernorm", rotary=False)
 
+#: Phi-1.5 and Phi-2 (model_type "phi"): a 4h GELU MLP whose hidden_act is gelu_new (PhiConfig's
+#: default), LayerNorm, partial rotary embeddings, an untied head
+_PHI = _Family(**_LLAMA_KEYS, default_activation="gelu_new", gated=False, tied_default=False, norm_default="layernorm")
+#: GPT-J (model_type "gptj"): GPT-2's keys and gelu_new, rotary embeddings, an untied head
+_GPTJ = replace(_GPT2, rotary=True, tied_default=False)
+
 FAMILIES: dict[str, _Family] = {
     "llama": _LLAMA,
     "mistral": _LLAMA,
@@ -91,6 +103,9 @@ FAMILIES: dict[str, _Family] = {
     "gemma2": _GEMMA,
     "gpt_neox": _NEOX,
     "gpt2": _GPT2,
+    "gptj": _GPTJ,
+    "phi": _PHI,
+    "phi3": _LLAMA,
     "mixtral": _LLAMA,
     "qwen2_moe": _LLAMA,
     "deepseek_v2": _LLAMA,
