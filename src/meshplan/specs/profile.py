@@ -42,7 +42,8 @@ class Profile(Spec):
         has, efficiency = measured bus bandwidth / the level's bandwidth (at most 1) and the
         measured latency. What calibrate does not measure, the device's own profile keeps
         (with_unmeasured)."""
-        device = cluster.device.model_copy(update={"efficiency": inline(with_unmeasured(self.efficiency, cluster.device.efficiency))})
+        efficiency = with_unmeasured(self.efficiency, cluster.device.efficiency)
+        device = cluster.device.model_copy(update={"efficiency": inline(efficiency)})
         levels = list(cluster.levels)
         for measured in self.network:
             if measured.level < len(levels):

@@ -150,7 +150,8 @@ def phase_time(plan: PhasePlan, compose: bool = True) -> PhaseTime:
     pp_s = plan.sends * plan.send_s
     bound = forward_bound(program)
     kinds = plan.costed.kinds
-    host_wait = sum(role.stages * sum(n * kinds[k].host_wait_forward_s for k, n, _ in role.layer_counts) for role in program.roles)
+    host_wait = sum(role.stages * sum(n * kinds[k].host_wait_forward_s for k, n, _ in role.layer_counts)
+                    for role in program.roles)
     return PhaseTime(
         time_s=sum(n * t.time_s for n, t in zip(stages, timed)) + pp_s,
         compute_s=sum(n * t.compute_s for n, t in zip(stages, timed)),
