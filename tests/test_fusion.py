@@ -77,9 +77,32 @@ def test_an_eager_gelu_new_moves_what_its_kernels_move():
     fp32 = _ops(GPT2, eager=True, act_bytes=4.0)["mlp_activation"]
     assert fp32.bytes == 72.0 * T * F and fp32.bytes * backward_work(fp32) == pytest.approx(112.0 * T * F)
     assert [s.bytes for s in fp32.saved] == [16.0 * T * F]
+    # a bf16 model, no autocast (bf16-true training, serving): eight bf16 kernels, 36 and 56
+    native = lower(TransformerModel(**GPT2), 3, 16, 2.0, eager=True, autocast=False).blocks[0].ops
+    native = next(op for op in native if op.name == "mlp_activation")
+    assert native.bytes == 36.0 * T * F and native.bytes * backward_work(native) == pytest.approx(56.0 * T * F)
+    assert [s.bytes for s in native.saved] == [8.0 * T * F] and native.launches == 5
     one_kernel = _ops(GPT, eager=False)["mlp_activation"]
     assert _ops(GPT2, eager=False)["mlp_activation"] == _ops(GPT, eager=True)["mlp_activation"] == one_kernel
     assert one_kernel.bytes == 4.0 * T * F and [s.bytes for s in one_kernel.saved] == [2.0 * T * F]
+
+
+def test_a_bf16_true_run_and_serving_run_gelu_new_without_autocast():
+    """The plan says which: fp32 Adam state (a master copy) means autocast over fp32 weights; a
+    bf16-true model's state and serving's weights are the 16-bit tensors the kernels read."""
+    plan = dict(tp=1, dp=1, micro_batch_size=4, global_batch_size=4, seq_len=1024, fusion="eager")
+
+    def activation(plan, task=None):
+        from meshplan.parallel.program import Phase
+        scenario = meshplan.api.scenario("gpt2", "dgx-h100", plan, 1, task)
+        phase = Phase("prefill", 1024, 1024) if task else None
+        kind = next(iter(build_program(scenario, phase).kinds.values()))
+        return next(op.op for op in kind.ops if op.op.name == "mlp_activation")
+
+    tokens, f = 4 * 1024, 3072
+    assert activation(plan).bytes == 76.0 * tokens * f
+    assert activation({**plan, "optimizer_state": "bf16", "grad_reduce_precision": "bf16"}).bytes == 36.0 * tokens * f
+    assert activation(plan, {"kind": "inference", "batch_size": 1, "prompt_len": 1024, "output_len": 8}).bytes == 36.0 * 1024 * f
 
 
 @pytest.mark.parametrize("ffn_type, activation", [("swiglu", "gelu_new"), ("gelu", "silu"), ("relu", "gelu")])
@@ -280,7 +303,7 @@ def test_gelu_new_counts_are_what_pytorch_dispatches():
     """transformers' NewGELUActivation on the CPU under the counting dispatch mode: under CUDA
     autocast its pow runs in fp32 (the cast written out here, as autocast inserts it) and the
     next linear layer casts the fp32 result back to bf16: 76 bytes a value forward, 118 backward;
-    in fp32, 72 and 112."""
+    a bf16 model without autocast, 36 and 56; in fp32, 72 and 112."""
     torch = pytest.importorskip("torch")
     import math
 
@@ -289,7 +312,8 @@ def test_gelu_new_counts_are_what_pytorch_dispatches():
         y = 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * cubed)))
         return y.to(x.dtype)
 
-    for dtype, autocast, expected in ((torch.bfloat16, True, (76.0, 118.0)), (torch.float32, False, (72.0, 112.0))):
+    for dtype, autocast, expected in ((torch.bfloat16, True, (76.0, 118.0)), (torch.bfloat16, False, (36.0, 56.0)),
+                                      (torch.float32, False, (72.0, 112.0))):
         x = torch.randn(64, 1024, dtype=dtype, requires_grad=True)
         forward, backward = _dispatched_bytes(lambda v: gelu_new(v, autocast), x)
         assert (forward, backward) == pytest.approx(expected, abs=0.5)

@@ -258,12 +258,14 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     if (s.task.kind == "inference") != (phase is not None):
         raise ValueError("an inference task is built per serving phase, a training task without one")
     if phase is None:
+        # a 16-bit model trains under autocast from fp32 weights unless its Adam keeps no fp32
+        # master (bf16-true); serving runs the 16-bit weights as they are
         graph = lower_task(model, s.task, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention, plan.fused_loss,
-                           plan.fusion == "eager")
+                           plan.fusion == "eager", autocast=plan.optimizer_state != "bf16")
     else:
         _check_serving(s)
         graph = lower(model, s.task.batch_size // (plan.dp or 1), phase.seq_len, act_bytes, plan.flash_attention,
-                      kv_len=phase.kv_len, logits_per_sequence=1, eager=plan.fusion == "eager")
+                      kv_len=phase.kv_len, logits_per_sequence=1, eager=plan.fusion == "eager", autocast=False)
     x_bytes = graph.tokens / cp * model.hidden_size * act_bytes  # one residual-stream tensor
 
     # expert parallelism is carved out of data parallelism, or folded over tp x cp x dp

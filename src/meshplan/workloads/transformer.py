@@ -24,8 +24,9 @@ OPMATH_BYTES = 4.0  # PyTorch computes 16-bit elementwise math in fp32 (at::opma
 #: over its 10 lowered ops, 1.5 an op (Op.launches)
 EAGER_RMSNORM_LAUNCHES = round(8 / 1.5)
 EAGER_ROTARY_LAUNCHES = round(6 / 1.5)
-#: and for an eager gelu_new under autocast: the cast up, its eight ops and the cast down (_activation)
-EAGER_GELU_NEW_LAUNCHES = round(10 / 1.5)
+#: and for an eager gelu_new: its eight ops, and under autocast the cast up and down besides (_activation)
+EAGER_GELU_NEW_LAUNCHES = round(8 / 1.5)
+EAGER_AUTOCAST_GELU_NEW_LAUNCHES = round(10 / 1.5)
 
 
 def _norm(name: str, tokens: float, width: float, act_bytes: float, model: TransformerModel, eager: bool, shard: str = "sp",
@@ -188,34 +189,36 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
     return _standalone_casts(tuple(ops)) if eager else tuple(ops)
 
 
-def _activation(model: TransformerModel, prefix: str, tokens: float, f: float, act_bytes: float, eager: bool) -> Op:
+def _activation(model: TransformerModel, prefix: str, tokens: float, f: float, act_bytes: float, eager: bool,
+                autocast: bool = True) -> Op:
     """The FFN's activation over ``tokens`` rows of ``f``. One kernel (a library's, or fused with
     its neighbours): it reads the up projection's output (both halves of a gated FFN) and writes
     f values, keeping its input. Hugging Face's gelu_new run eager is GPT-2's tanh approximation
-    op by op, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (transformers NewGELUActivation). Under
-    autocast over a-byte activations the pow runs in fp32 (CUDA autocast's fp32 list), so its
-    input is cast up and every op after it writes fp32; the down projection casts the result
-    back: 6a + 64 bytes a value (76 in bf16) over ten kernels. Autograd's backward moves 13a + 92
-    (118): the cast gradients, the products' two sides, tanh's backward, pow's three kernels and
-    the sums of x's three gradients. It keeps the fp32 input of the pow, tanh's output, 1 + tanh
-    and the a-byte 0.5·x: 12 + a bytes. With fp32 activations there are no casts: 72 and 112
-    bytes (tests/test_fusion.py counts both as PyTorch dispatches them)."""
+    op by op, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (transformers NewGELUActivation): eight
+    kernels of a-byte values moving 18a bytes a value forward, 28a backward (the products' two
+    sides, tanh's backward, pow's three kernels, the sums of x's three gradients), keeping x,
+    tanh's output, 1 + tanh and 0.5·x (4a). Under ``autocast`` over 16-bit activations (fp32
+    weights, Trainer's bf16=True) the pow runs in fp32 (CUDA autocast's fp32 list), so its input
+    is cast up and every op after it writes fp32, and the down projection casts the result back:
+    ten kernels moving 6a + 64 bytes (76 in bf16), 13a + 92 backward (118) with the casts'
+    gradients, keeping 12 + a (tests/test_fusion.py counts each as PyTorch dispatches them)."""
     a, values = act_bytes, tokens * f
     up_width = (model.ffn_matrices - 1) * f
     if not (eager and model.activation_function == "gelu_new"):
         return Op(f"{prefix}_activation", "elementwise", "tp", flop=8.0 * values, bytes=(up_width + f) * tokens * a,
                   saved=(Saved(f"{prefix}_activation_in", up_width * tokens * a, "tp"),),
                   memory_class="gated_activation" if model.ffn_matrices == 3 else "activation")
-    casts = a != OPMATH_BYTES
-    forward = 6.0 * a + 64.0 if casts else 72.0
-    backward = 13.0 * a + 92.0 if casts else 112.0
+    if autocast and a != OPMATH_BYTES:
+        forward, backward, kept, launches = 6.0 * a + 64.0, 13.0 * a + 92.0, 3.0 * OPMATH_BYTES + a, EAGER_AUTOCAST_GELU_NEW_LAUNCHES
+    else:
+        forward, backward, kept, launches = 18.0 * a, 28.0 * a, 4.0 * a, EAGER_GELU_NEW_LAUNCHES
     return Op(f"{prefix}_activation", "elementwise", "tp", flop=8.0 * values, bytes=forward * values,
-              saved=(Saved(f"{prefix}_activation_in", (3.0 * OPMATH_BYTES + a) * values, "tp"),), memory_class="copy",
-              backward_scale=backward / forward, launches=EAGER_GELU_NEW_LAUNCHES)
+              saved=(Saved(f"{prefix}_activation_in", kept * values, "tp"),), memory_class="copy",
+              backward_scale=backward / forward, launches=launches)
 
 
 def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_bytes: float, experts: int = 0,
-             eager: bool = False) -> tuple[Op, ...]:
+             eager: bool = False, autocast: bool = True) -> tuple[Op, ...]:
     """Up (and gate) projection, activation, down projection over ``tokens`` tokens; with
     ``experts`` > 0, the grouped GEMMs of that many routed experts (their weights, one token
     stream)."""
@@ -226,21 +229,23 @@ def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_
     return (
         _matmul(f"{prefix}_up", tokens, h, up_width, "n", copies * (h * up_width + up_width), (Saved(f"{prefix}_up_in", x, "sp"),), experts > 0,
                 input_fused=experts == 0, grad_fused=True),
-        _activation(model, prefix, tokens, f, act_bytes, eager),
+        _activation(model, prefix, tokens, f, act_bytes, eager, autocast),
         _matmul(f"{prefix}_down", tokens, f, h, "k", copies * (f * h + h), (Saved(f"{prefix}_down_in", tokens * f * act_bytes, "tp"),), experts > 0,
                 input_fused=True),
     )
 
 
-def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, moe: bool, eager: bool = False) -> tuple[Op, ...]:
-    """Norm, the FFN (dense, or router + routed and shared experts), residual."""
+def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, moe: bool, eager: bool = False,
+            autocast: bool = True) -> tuple[Op, ...]:
+    """Norm, the FFN (dense, or router + routed and shared experts), residual. ``autocast``: 16-bit
+    activations from fp32 weights under autocast (_activation)."""
     t = float(micro_batch * seq_len)
     h = float(model.hidden_size)
     x = t * h * act_bytes
     mask = t * h * MASK_BYTES
     ops = [_norm("norm_mlp", t, h, act_bytes, model, eager)]
     if not moe:
-        ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes, eager=eager)
+        ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes, eager=eager, autocast=autocast)
     else:
         m = model.moe
         routed = t * m.top_k * m.routed_factor  # token copies the busiest device's experts take
@@ -249,19 +254,19 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
             Op("router_topk", "elementwise", "sp", flop=5.0 * t * m.num_experts, bytes=2.0 * t * m.num_experts * 4.0, memory_class="softmax"),
             # permute token copies into expert order before dispatch, and back after combine
             Op("dispatch_permute", "elementwise", "sp", bytes=2.0 * t * m.top_k * h * act_bytes),
-            *_ffn_ops(model, "experts", routed, m.expert_ffn_hidden_size, act_bytes, experts=m.num_experts, eager=eager),
+            *_ffn_ops(model, "experts", routed, m.expert_ffn_hidden_size, act_bytes, experts=m.num_experts, eager=eager, autocast=autocast),
             Op("combine_unpermute", "elementwise", "sp", flop=2.0 * t * m.top_k * h, bytes=2.0 * t * m.top_k * h * act_bytes,
                saved=(Saved("combine_weights", t * m.top_k * 4.0, "sp"),)),
         ]
         if m.shared_experts:
-            ops += _ffn_ops(model, "shared", t, m.shared_experts * m.expert_ffn_hidden_size, act_bytes, eager=eager)
+            ops += _ffn_ops(model, "shared", t, m.shared_experts * m.expert_ffn_hidden_size, act_bytes, eager=eager, autocast=autocast)
     ops.append(Op("residual_mlp", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_mlp", mask, "sp"),)))
     return _standalone_casts(tuple(ops)) if eager else tuple(ops)
 
 
 def decoder_layer(
     model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool,
-    kv_len: int | None = None, moe: bool = False, eager: bool = False,
+    kv_len: int | None = None, moe: bool = False, eager: bool = False, autocast: bool = True,
 ) -> tuple[Op, ...]:
     """The ops of one decoder layer: attention block, then FFN block (MoE if ``moe``).
 
@@ -270,11 +275,11 @@ def decoder_layer(
     """
     kv_len = kv_len or seq_len
     return (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager)
-            + ffn_ops(model, micro_batch, seq_len, act_bytes, moe, eager))
+            + ffn_ops(model, micro_batch, seq_len, act_bytes, moe, eager, autocast))
 
 
 def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None,
-                 eager: bool = False, mtp: bool = False) -> tuple[Block, ...]:
+                 eager: bool = False, mtp: bool = False, autocast: bool = True) -> tuple[Block, ...]:
     """The decoder layer kinds in order, with their counts (dense first, then MoE); with ``mtp``
     the last kind counts the multi-token-prediction modules' layers too, which follow the
     decoder's (DeepSeek-V3 report Sec. 2.2: each module's transformer block is one more layer of
@@ -282,9 +287,11 @@ def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_by
     dense = model.dense_layers
     blocks = []
     if dense:
-        blocks.append(Block("dense_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager=eager), dense))
+        blocks.append(Block("dense_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager=eager,
+                                                              autocast=autocast), dense))
     if model.moe and model.num_layers > dense:
-        blocks.append(Block("moe_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=True, eager=eager),
+        blocks.append(Block("moe_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=True, eager=eager,
+                                                          autocast=autocast),
                             model.num_layers - dense))
     if mtp and model.mtp_layers:
         blocks[-1] = replace(blocks[-1], count=blocks[-1].count + model.mtp_layers)
@@ -373,7 +380,8 @@ def padded_vocabulary(model: TransformerModel, multiple: int) -> TransformerMode
 
 
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True,
-          kv_len: int | None = None, logits_per_sequence: int | None = None, fused_loss: bool = False, eager: bool = False) -> Graph:
+          kv_len: int | None = None, logits_per_sequence: int | None = None, fused_loss: bool = False, eager: bool = False,
+          autocast: bool = True) -> Graph:
     """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss; of a
     block model (``model.block``), that block's einsums only (block_einsums).
 
@@ -381,14 +389,15 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     ``kv_len`` keys (layer_blocks), and only the last ``logits_per_sequence`` positions of each
     sequence go through the final norm, logits and sampling (default: every position, as in
     training). ``fused_loss``: the cross-entropy is one fused kernel (cross_entropy_op);
-    ``eager``: norms and rotary embeddings run op by op (_norm, _rotary). Training (every
+    ``eager``: norms, rotary embeddings and a composite activation run op by op (_norm, _rotary,
+    _activation), the activation ``autocast`` from fp32 weights or not. Training (every
     position's logits) runs the model's multi-token-prediction modules after the decoder (_mtp_ops;
     serving leaves them out).
     """
     if model.block != "layer":  # one block, no embedding, output layer or loss
         kv = kv_len or seq_len
         ops = (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv, eager) if model.block == "attention"
-               else ffn_ops(model, micro_batch, seq_len, act_bytes, moe=False, eager=eager))
+               else ffn_ops(model, micro_batch, seq_len, act_bytes, moe=False, eager=eager, autocast=autocast))
         return Graph(head=Block("embedding", (), 1), blocks=block_einsums(model.block, ops), tail=Block("head", (), 1),
                      tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)
     t = float(micro_batch * seq_len)
@@ -415,5 +424,5 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
         ),
         1,
     )
-    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, mtp=training)
+    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, mtp=training, autocast=autocast)
     return Graph(head=head, blocks=blocks, tail=tail, tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)
