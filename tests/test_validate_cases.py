@@ -608,7 +608,8 @@ def test_a_case_may_say_its_norm_and_positions(estimated, extra, norm, rotary):
 
 
 @pytest.mark.parametrize("extra, activation", [({}, None), ({"activation_function": "gelu_new"}, "gelu_new"),
-                                               ({"hidden_act": "GELU"}, "gelu"), ({"activation_function": "gelu_pytorch_tanh"}, "gelu_pytorch_tanh")])
+                                               ({"hidden_act": "GELU"}, "gelu"), ({"activation_function": "gelu_pytorch_tanh"}, "gelu_pytorch_tanh"),
+                                               ({"hidden_act": "relu2", "ffn_type": "squared_relu"}, "relu2")])
 def test_a_case_may_say_its_activation_as_configs_name_it(estimated, extra, activation):
     """Hugging Face's names (activation_function, hidden_act): gelu_new is GPT-2's op-by-op GELU."""
     assert run_case(case(model={**GOOD["model"], **extra}), 0).error is None

@@ -24,8 +24,8 @@ FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3, "geglu": 3
 #: PyTorch kernel but gelu_new: GPT-2's tanh approximation written as eight tensor ops
 #: (NewGELUActivation, from the original GPT-2 code; GPT-2, GPT-J and CodeGen configs name it)
 ACTIVATION_FFN_TYPES = {"gelu": ("gelu", "geglu"), "gelu_pytorch_tanh": ("gelu", "geglu"), "gelu_new": ("gelu",),
-                        "relu": ("relu",), "silu": ("swiglu",)}
-ActivationFunction = Literal["gelu", "gelu_pytorch_tanh", "gelu_new", "relu", "silu"]
+                        "relu": ("relu",), "relu2": ("squared_relu",), "silu": ("swiglu",)}
+ActivationFunction = Literal["gelu", "gelu_pytorch_tanh", "gelu_new", "relu", "relu2", "silu"]
 
 
 def family_defaults(ffn_type) -> dict:
