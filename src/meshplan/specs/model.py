@@ -20,9 +20,10 @@ BLOCK_KINDS = ("layer", "attention", "mlp")
 FFN_MATRICES = {"gelu": 2, "relu": 2, "squared_relu": 2, "swiglu": 3, "geglu": 3}
 
 #: FFN activations as Hugging Face configs name them (config.json activation_function or
-#: hidden_act; transformers.activations.ACT2FN), with the FFN types each computes. Each is one
-#: PyTorch kernel but gelu_new: GPT-2's tanh approximation written as eight tensor ops
-#: (NewGELUActivation, from the original GPT-2 code; GPT-2, GPT-J and CodeGen configs name it)
+#: hidden_act; transformers.activations.ACT2FN), with the FFN types each computes. Each is costed
+#: as one kernel but gelu_new: GPT-2's tanh approximation written as eight tensor ops
+#: (NewGELUActivation, from the original GPT-2 code; GPT-2, GPT-J, CodeGen and Phi-2 configs name
+#: it). relu2 (ReLUSquaredActivation) is two, relu then square: left at one beside its GEMMs
 ACTIVATION_FFN_TYPES = {"gelu": ("gelu", "geglu"), "gelu_pytorch_tanh": ("gelu", "geglu"), "gelu_new": ("gelu",),
                         "relu": ("relu",), "relu2": ("squared_relu",), "silu": ("swiglu",)}
 ActivationFunction = Literal["gelu", "gelu_pytorch_tanh", "gelu_new", "relu", "relu2", "silu"]
@@ -97,7 +98,8 @@ class TransformerModel(Spec):
     ffn_type: FfnType = "gelu"
     # the FFN's activation as the model's own code computes it (ACTIVATION_FFN_TYPES); None: one
     # kernel of the ffn_type's function. It matters where that code runs eager (fusion: eager):
-    # gelu_new is then ten kernels forward and fifteen backward (workloads.transformer._activation)
+    # gelu_new is then its eight tensor ops, under autocast two casts besides
+    # (workloads.transformer._activation)
     activation_function: ActivationFunction | None = None
     vocab_size: Count
     tied_embeddings: bool = False
