@@ -235,6 +235,7 @@ def test_a_bad_compile_switch_is_refused_naming_its_field(changes, field):
 @pytest.mark.parametrize("framework, preset", [
     ("torchtitan (torch.compile)", "torchtitan"), ("FSDP2 + torch.compile", "pytorch-fsdp"),
     ("PyTorch FSDP (HSDP)", "pytorch-fsdp"), ("Megatron-LM (core r0.9)", "megatron-lm"), ("DeepSpeed 0.9.2, ZeRO-1", "deepspeed"),
+    ("Hugging Face Trainer", "pytorch-fsdp"), ("PyTorch Lightning 2.4 (bf16-mixed)", "pytorch-fsdp"),
 ])
 def test_a_qualified_framework_name_still_picks_its_preset(framework, preset):
     from meshplan.io.case_inputs import framework_name

@@ -84,6 +84,9 @@ FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-cor
                      "transformers": "pytorch-fsdp", "hf-transformers": "pytorch-fsdp", "huggingface-transformers": "pytorch-fsdp",
                      "hugging-face-transformers": "pytorch-fsdp", "accelerate": "pytorch-fsdp", "hf-accelerate": "pytorch-fsdp",
                      "huggingface-accelerate": "pytorch-fsdp", "trl": "pytorch-fsdp", "litgpt": "pytorch-fsdp", "lit-gpt": "pytorch-fsdp",
+                     "hf-trainer": "pytorch-fsdp", "huggingface-trainer": "pytorch-fsdp", "hugging-face-trainer": "pytorch-fsdp",
+                     "transformers-trainer": "pytorch-fsdp", "lightning": "pytorch-fsdp", "pytorch-lightning": "pytorch-fsdp",
+                     "lightning-fabric": "pytorch-fsdp",
                      "fms": "fms-fsdp", "foundation-model-stack": "fms-fsdp", "ibm-fms": "fms-fsdp", "ibm-fms-fsdp": "fms-fsdp",
                      "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
 
