@@ -194,7 +194,7 @@ def test_hugging_face_gpt2_pays_for_its_eager_gelu_new(h100_runs, h200_runs):
         assert -0.08 < r.relative_error < 0, (r.id, r.relative_error)
 
 
-def test_a_case_naming_gpt2_takes_its_activation_from_the_catalog():
+def test_a_case_naming_gpt2_takes_its_activation_from_the_catalog(h100_runs):
     """A case that names GPT-2 and repeats its dimensions runs gelu_new, as Hugging Face's config
     says (catalog gpt2); one that says its activation keeps it."""
     case = next(c for c in load_cases(H100_CASES) if c["id"] == "gpt2_mixed_mb16_s1024")
@@ -202,7 +202,7 @@ def test_a_case_naming_gpt2_takes_its_activation_from_the_catalog():
     case["model"]["name"] = "GPT-2"
     named = run_case(case, 0)
     assert "activation_function from the catalog's gpt2" in named.note
-    assert named.predicted_step_time_s == pytest.approx(h100_case_time("gpt2_mixed_mb16_s1024"), rel=1e-9)
+    assert named.predicted_step_time_s == pytest.approx(h100_runs["gpt2_mixed_mb16_s1024"].predicted_step_time_s, rel=1e-9)
     case["model"]["hidden_act"] = "gelu"
     assert run_case(case, 0).predicted_step_time_s < 0.8 * named.predicted_step_time_s
 
@@ -266,10 +266,6 @@ def test_a_serving_search_says_when_the_host_sets_the_pace(monkeypatch, capsys):
     for framework, label, other in (("huggingface", "host bound", "memory bound"), ("megatron-core", "memory bound", "host bound")):
         code, out, _ = run_cli(monkeypatch, capsys, *args, "--set", f"plan.framework={framework}")
         assert code == 0 and label in out and other not in out, framework
-
-
-def h100_case_time(case_id: str) -> float:
-    return next(r for r in validate(H100_CASES) if r.id == case_id).predicted_step_time_s
 
 
 def _logits(framework: str, tp: int):
