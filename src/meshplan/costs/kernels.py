@@ -83,13 +83,27 @@ def gemm_s(m, k, n, element_bytes: float, g: GemmKernel, chip: Chip):
     return best + g.launch_s
 
 
-def keys_per_query(seq, kv, causal: bool, block_q: float):
+def keys_per_query(seq, kv, causal: bool, block_q: float, window: float | None = None):
     """Keys a query block computes on, on average: all ``kv`` keys, or with a causal mask over
     ``seq`` queries that come last of ``kv`` keys, kv - seq + (seq + block_q)/2 (the diagonal
-    blocks are computed whole), at most kv."""
+    blocks are computed whole), at most kv.
+
+    With a sliding ``window`` (FlashAttention-2's window_size, cuDNN's sliding window: the key
+    blocks wholly outside every row's window are skipped), the i-th block of r = min(block_q,
+    seq) queries computes on the keys from its first row's window start to its last row:
+    min(kv - seq + (i+1)·r, window + r - 1), averaged over the seq/r blocks (a query's window
+    holds itself and the window - 1 keys before it, as Hugging Face's sliding_window counts)."""
     if not causal:
         return kv
-    return np.minimum(kv, kv - seq + (seq + block_q) / 2.0)
+    full = np.minimum(kv, kv - seq + (seq + block_q) / 2.0)
+    if window is None:
+        return full
+    rows = np.minimum(block_q, seq)
+    blocks, before = seq / rows, kv - seq
+    span = window + rows - 1.0  # the keys of a block past the window's ramp
+    ramp = np.clip(np.floor((span - before) / rows), 0.0, blocks)  # blocks whose keys all fit in the window
+    total = ramp * before + rows * ramp * (ramp + 1.0) / 2.0 + (blocks - ramp) * span
+    return np.minimum(full, total / blocks)
 
 
 def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop_ratio: float, element_bytes: float,
@@ -110,7 +124,7 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     """
     b, h = shape.batch, shape.heads
     tiles = b * h * np.ceil(shape.seq / block_q)
-    keys = keys_per_query(shape.seq, shape.kv, shape.causal, block_q)
+    keys = keys_per_query(shape.seq, shape.kv, shape.causal, block_q, shape.window)
     per_sm = chip.peak_flop_per_s / chip.sm_count * p.sm_fraction
     rows = np.minimum(shape.seq, block_q)  # a decode step's block holds its few queries, not block_q
     dims = shape.qk_dim + shape.v_dim

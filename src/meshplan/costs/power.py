@@ -44,7 +44,7 @@ def executed_attention_fraction(op) -> float:
     shape = getattr(op, "attention", None)
     if shape is None or not shape.flash or not shape.causal or shape.kv <= 0:
         return 1.0
-    return float(keys_per_query(shape.seq, shape.kv, True, FLASH_BLOCK_Q)) / shape.kv
+    return float(keys_per_query(shape.seq, shape.kv, True, FLASH_BLOCK_Q, shape.window)) / shape.kv
 
 
 def backward_energy_work(op) -> float:

@@ -21,7 +21,7 @@ from meshplan.specs.strategy import LAYER_KINDS
 
 _MODEL_FIELDS = (
     "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
-    "ffn_hidden_size", "ffn_type", "vocab_size", "tied_embeddings",
+    "ffn_hidden_size", "ffn_type", "vocab_size", "tied_embeddings", "sliding_window", "sliding_window_pattern",
 )
 
 

@@ -3,7 +3,7 @@
 The file is read with the ``json`` module: no ``transformers`` dependency, no network. Each
 supported ``model_type`` belongs to a family that says where its sizes live:
 
-- llama-style (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``, ``phi3``, and
+- llama-style (``llama``, ``mistral``, ``qwen2``, ``qwen3``, ``gemma``, ``gemma2``, ``gemma3_text``, ``phi3``, and
   configs with no ``model_type`` that use the llama field names): ``num_hidden_layers``, ``hidden_size``,
   ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``, ``intermediate_size``,
   ``vocab_size``, ``max_position_embeddings``. The MLP is gated: SiLU gives ``swiglu``, GELU
@@ -23,6 +23,12 @@ Defaults for optional fields follow the HuggingFace config class of each type (f
 (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V2/V3) import their experts, and DeepSeek's
 multi-head latent attention. Every layer of Mixtral, Qwen3-MoE and gpt-oss is MoE, so their
 ``intermediate_size`` sizes no dense FFN.
+
+A config's ``sliding_window`` windows every layer (Mistral 7B v0.1, Phi-3), or those its
+``layer_types`` mark ``sliding_attention``; without ``layer_types``, Gemma 2 and gpt-oss window
+every other layer and Gemma 3 all but each ``sliding_window_pattern``-th (their config classes'
+defaults), and
+Qwen2/Qwen3 only with ``use_sliding_window`` (TransformerModel.sliding_window).
 
 A llama-style architecture under another ``model_type`` can be imported by loading the JSON,
 setting ``"model_type": "llama"`` and passing the dict.
@@ -101,6 +107,7 @@ FAMILIES: dict[str, _Family] = {
     "qwen3": _LLAMA,
     "gemma": _GEMMA,
     "gemma2": _GEMMA,
+    "gemma3_text": _GEMMA,
     "gpt_neox": _NEOX,
     "gpt2": _GPT2,
     "gptj": _GPTJ,
@@ -179,6 +186,7 @@ def model_from_hf_config(
     if mla:
         spec["mla"] = mla
         spec.pop("head_dim", None)
+    spec.update(_window(config, spec["num_layers"], where))
     if config.get(family.positions) is not None:
         spec["seq_len"] = min(_size(config, family.positions, where), SEQ_LEN_CAP)
     if config.get("num_nextn_predict_layers"):  # DeepSeek-V3's multi-token-prediction modules
@@ -248,6 +256,45 @@ def _mla(config: dict[str, Any], where: str | None) -> dict[str, Any] | None:
     mla = {k: _size(config, k, where) for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
     mla["q_lora_rank"] = _size(config, "q_lora_rank", where) if config.get("q_lora_rank") else 0
     return mla
+
+
+#: model types whose config class sets sliding_window only with use_sliding_window true
+_WINDOW_SWITCHED = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+#: windowed layers' period where a config has no layer_types (Gemma2Config and GptOssConfig:
+#: every other layer from the first; Gemma3TextConfig: sliding_window_pattern, 6 by default)
+_WINDOW_PERIOD = {"gemma2": ("", 2), "gpt_oss": ("", 2), "gemma3_text": ("sliding_window_pattern", 6)}
+
+
+def _window(config: dict[str, Any], layers: int, where: str | None) -> dict[str, Any]:
+    """sliding_window and sliding_window_pattern of the model: the window, and which layers it
+    windows (every one, or all but each p-th: TransformerModel.windowed); empty without one."""
+    model_type = config.get("model_type")
+    if config.get("sliding_window") is None or model_type in _WINDOW_SWITCHED and not _flag(config, "use_sliding_window", False, where):
+        return {}
+    window = _size(config, "sliding_window", where)
+    kinds, field = config.get("layer_types"), "layer_types"
+    if kinds is None and model_type in _WINDOW_SWITCHED:  # Qwen2Config: the layers from max_window_layers on
+        first, field = config.get("max_window_layers") or 0, "max_window_layers"
+        if isinstance(first, bool) or not isinstance(first, int):
+            raise MeshplanError(field, first, "a whole number of layers", hint=where)
+        kinds = ["full_attention" if i < first else "sliding_attention" for i in range(layers)]
+    if kinds is None:
+        key, default = _WINDOW_PERIOD.get(model_type, ("", None))
+        return {"sliding_window": window, "sliding_window_pattern": _size(config, key, where) if config.get(key) else default}
+    valid = "a list of sliding_attention and full_attention, one per layer"
+    if not isinstance(kinds, list) or len(kinds) != layers or not set(kinds) <= {"sliding_attention", "full_attention"}:
+        raise MeshplanError("layer_types", kinds, valid, hint=where)
+    if "sliding_attention" not in kinds:
+        return {}
+    windowed = [kind == "sliding_attention" for kind in kinds]
+    for period in (None, *range(2, layers + 1)):
+        if windowed == [period is None or (i + 1) % period != 0 for i in range(layers)]:
+            return {"sliding_window": window, "sliding_window_pattern": period}
+    value = config.get(field)
+    raise MeshplanError(field, value, "0 or num_hidden_layers: meshplan windows every layer, or all but each p-th"
+                        if field == "max_window_layers" else
+                        f"{valid}, every layer windowed or full_attention every p-th layer (meshplan's sliding_window_pattern)",
+                        hint=where)
 
 
 def _size(config: dict[str, Any], key: str, where: str | None) -> int:

@@ -169,11 +169,11 @@ def _switch_word(value) -> str:
 
 
 #: catalog model fields the case format has no place for (SCHEMA.md): the attention's latent
-#: projections, the norm, the positions and the FFN's activation as the model's code writes it,
-#: and in the moe block the routing's node limit (a DeepSeek-V3 step's attention FLOPs and its
-#: expert traffic across nodes turn on them; an eager GPT-2 or Phi-2 step's elementwise time on
-#: gelu_new and rotary embeddings)
-_ARCHITECTURE_ONLY = ("mla", "norm", "rotary", "activation_function")
+#: projections, the norm, the positions, the FFN's activation as the model's code writes it and
+#: the sliding window, and in the moe block the routing's node limit (a DeepSeek-V3 step's
+#: attention FLOPs and its expert traffic across nodes turn on them; an eager GPT-2 or Phi-2
+#: step's elementwise time on gelu_new and rotary embeddings; gpt-oss's attention on its window)
+_ARCHITECTURE_ONLY = ("mla", "norm", "rotary", "activation_function", "sliding_window", "sliding_window_pattern")
 _MOE_ONLY = ("max_nodes",)
 
 

@@ -384,15 +384,18 @@ def optimizer_traffic_bytes(params_per_device: float, bytes_per_param: float, op
     return 2.0 * weights + grads + 2.0 * states
 
 
-def serving_memory(s, params: float, layers: int) -> InferenceMemory:
-    """Weights of the device, the KV cache of its layers for every sequence's prompt and output,
-    and the prefill's working set."""
+def serving_memory(s, params: float, layers: int, windowed: int = 0) -> InferenceMemory:
+    """Weights of the device, the KV cache of its layers for every sequence's prompt and output
+    (of its ``windowed`` layers, the last sliding_window tokens only: vLLM's and SGLang's
+    sliding-window caches free what a window has passed), and the prefill's working set."""
     plan, task = s.plan, s.task
     act = activation_bytes(plan.precision)
     batch = task.batch_size // (plan.dp or 1)
+    context = task.prompt_len + task.output_len
+    cached = (layers - windowed) * context + windowed * min(context, s.model.sliding_window or context)
     return InferenceMemory(
         weights_bytes=params * BYTES_PER_ELEMENT[plan.precision],
-        kv_cache_bytes=batch * (task.prompt_len + task.output_len) * layers * kv_cache_bytes_per_token(s.model, plan.tp, act),
+        kv_cache_bytes=batch * cached * kv_cache_bytes_per_token(s.model, plan.tp, act),
         activations_bytes=prefill_working_bytes(s.model, batch * task.prompt_len, plan.tp, act),
         capacity_bytes=s.cluster.device.hbm_bytes,
     )

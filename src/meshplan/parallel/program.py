@@ -186,8 +186,8 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
 
 def _stage_layers(ranges: tuple[tuple[int, int], ...], blocks: tuple[Block, ...], frozen: int) -> tuple[tuple[str, int, int], ...]:
     """(kind, layers, frozen) of the decoder layers in ``ranges`` ([start, end) in model order;
-    one per virtual chunk of the stage), kinds in block order."""
-    out = []
+    one per virtual chunk of the stage), kinds in the order their first block comes."""
+    out: dict[str, list[int]] = {}
     first = 0
     for block in blocks:
         layers = frozen_here = 0
@@ -197,9 +197,11 @@ def _stage_layers(ranges: tuple[tuple[int, int], ...], blocks: tuple[Block, ...]
                 layers += hi - lo
                 frozen_here += max(0, min(hi, frozen) - lo)
         if layers:
-            out.append((block.name, layers, frozen_here))
+            counts = out.setdefault(block.name, [0, 0])
+            counts[0] += layers
+            counts[1] += frozen_here
         first += block.count
-    return tuple(out)
+    return tuple((name, layers, frozen_here) for name, (layers, frozen_here) in out.items())
 
 
 def _roles(s: Scenario, blocks: tuple[Block, ...], frozen: int) -> list[tuple[str, int, int, tuple]]:
@@ -288,9 +290,11 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     if plan.ep_dispatch == "hierarchical" and ep > 1:
         spans.update(dispatch_spans(cluster, ep, ep_stride))
     kinds = {block.name: _kind(s, block, x_bytes, spans) for block in graph.blocks}
-    if phase is not None:  # each sequence's cached keys and values, read by every layer
-        cache = graph.tokens / graph.seq_len * phase.kv_len * kv_cache_bytes_per_token(model, tp, act_bytes)
-        kinds = {name: replace(kind, kv_cache_bytes=cache) for name, kind in kinds.items()}
+    if phase is not None:  # each sequence's cached keys and values, read by every layer (a windowed one's window)
+        per_token = graph.tokens / graph.seq_len * kv_cache_bytes_per_token(model, tp, act_bytes)
+        windowed = {block.name for block in graph.blocks if any(op.attention and op.attention.window for op in block.ops)}
+        kinds = {name: replace(kind, kv_cache_bytes=per_token * (min(phase.kv_len, model.sliding_window) if name in windowed else phase.kv_len))
+                 for name, kind in kinds.items()}
 
     pp_comm = None
     if pp > 1:  # one activation per micro-batch per chunk boundary, split over the tp ranks
@@ -392,7 +396,8 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
     trainable += 0.0 if freeze_embedding else sum(param_share(op, tp) for op in head_ops if not op.frozen)
     if phase is not None:
         trainable = 0.0
-        memory = serving_memory(s, params, sum(n for _, n, _ in counts))
+        windowed = sum(s.model.windowed(layer) for start, end in s.rank_layer_ranges(stage) for layer in range(start, end))
+        memory = serving_memory(s, params, sum(n for _, n, _ in counts), windowed)
     else:
         memory = stage_memory(
             plan=plan,

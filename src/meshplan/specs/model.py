@@ -110,6 +110,16 @@ class TransformerModel(Spec):
     norm: Literal["layernorm", "rmsnorm"] | None = None
     rotary: bool | None = None
     seq_len: Count = 2048  # default training sequence length
+    # sliding-window attention (Child et al. 2019, "Generating Long Sequences with Sparse
+    # Transformers"; Beltagy et al. 2020, Longformer): a query of a windowed layer attends to the
+    # last ``sliding_window`` positions only, its own included, as Hugging Face's configs count
+    # them (Mistral 7B v0.1: 4096, Gemma 2: 4096, Gemma 3: 1024, gpt-oss: 128). Which layers:
+    # every layer, or with ``sliding_window_pattern`` p every layer but each p-th, which attends
+    # to the whole sequence (Gemma 3's sliding_window_pattern 6: five windowed, then one global;
+    # Gemma 2 and gpt-oss alternate, p 2). A windowed layer's flash kernel skips the key blocks
+    # outside the window, and a server keeps its KV cache for the window only
+    sliding_window: Count | None = None
+    sliding_window_pattern: Count | None = None
     # "attention" or "mlp": the model is that block of one decoder layer, with no embedding,
     # output layer or loss, and a pipeline may cut it between its einsums (pipeline_layers)
     block: BlockKind = "layer"
@@ -162,6 +172,9 @@ class TransformerModel(Spec):
             raise MeshplanError("mtp_layers", self.mtp_layers, f"0: block {self.block!r} has no output head to predict from")
         if self.num_attention_heads % self.kv_heads:
             raise MeshplanError("num_kv_heads", self.kv_heads, f"a divisor of num_attention_heads ({self.num_attention_heads})")
+        if self.sliding_window_pattern is not None and self.sliding_window is None:
+            raise MeshplanError("sliding_window_pattern", self.sliding_window_pattern,
+                                "left out without a sliding_window (the window, in tokens, of the layers it windows)")
         ffn_types = ACTIVATION_FFN_TYPES.get(self.activation_function, (self.ffn_type,))
         if self.ffn_type not in ffn_types:
             raise MeshplanError("activation_function", self.activation_function,
@@ -180,6 +193,17 @@ class TransformerModel(Spec):
                 return (3 if self.mla.q_lora_rank else 2) + 3
             return 3  # fused qkv projection, attention core, output projection
         return self.num_layers
+
+    def windowed(self, layer: int) -> bool:
+        """Whether decoder layer ``layer`` (0 first) attends through the sliding window."""
+        if self.sliding_window is None:
+            return False
+        return self.sliding_window_pattern is None or (layer + 1) % self.sliding_window_pattern != 0
+
+    @property
+    def windowed_layers(self) -> int:
+        """Decoder layers that attend through the sliding window."""
+        return sum(self.windowed(i) for i in range(self.num_layers))
 
     @property
     def kv_heads(self) -> int:

@@ -39,8 +39,8 @@ MemoryClass = Literal["copy", "add", "activation", "gated_activation", "norm", "
 class AttentionShape:
     """The shape of an attention call: ``batch`` sequences of ``seq`` queries over ``kv`` keys,
     ``heads`` query heads sharing ``kv_heads`` key/value heads, head widths ``qk_dim`` (scores)
-    and ``v_dim`` (values), with a causal mask or not, flash-fused (FlashAttention, Dao et al.
-    2022) or not. Kernel models time attention from it (meshplan.costs.kernels)."""
+    and ``v_dim`` (values), with a causal mask or not, over the whole prefix or a sliding
+    ``window`` of it, flash-fused (FlashAttention, Dao et al. 2022) or not. Kernel models time attention from it (meshplan.costs.kernels)."""
 
     batch: float
     heads: float
@@ -51,6 +51,7 @@ class AttentionShape:
     v_dim: float
     causal: bool = True
     flash: bool = True
+    window: float | None = None  # a causal sliding window: each query sees its last ``window`` keys
 
 
 @dataclass(frozen=True)
@@ -155,8 +156,9 @@ class Graph:
     """A lowered model for one micro-batch: blocks kept as (block, count), never unrolled.
 
     ``head`` runs once before the layers (embedding), ``tail`` once after (final norm, logits,
-    loss). ``blocks`` are the decoder layer kinds in order (a dense model has one; an MoE model
-    its leading dense layers, then its MoE layers).
+    loss). ``blocks`` are the decoder layers in order, a block per run of one kind (a dense model has one; an
+    MoE model its leading dense layers, then its MoE layers; a model with a sliding window its
+    windowed and global layers as they alternate), a kind's blocks all of the same name and ops.
     """
 
     head: Block

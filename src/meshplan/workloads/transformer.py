@@ -101,16 +101,22 @@ def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: flo
 
 
 def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_read_width, act_bytes, flash_attention,
-                    kv_heads: int | None = None) -> Op:
+                    kv_heads: int | None = None, window: int | None = None) -> Op:
     """Scores and context of all heads: 2·b·s·kv·a·(d_qk + d_v) flop (4·b·s²·a·d for plain MHA;
-    Megatron Eq. 3 counts the full square, no causal halving). The op carries its shape (causal,
-    as every decoder-only model), from which kernel models time it."""
+    Megatron Eq. 3 counts the full square, no causal halving; a sliding ``window`` narrower than
+    the keys counts its keys for each query instead). The op carries its shape (causal, as every
+    decoder-only model), from which kernel models time it. Flash kernels read the keys of the
+    queries' windows, a decoding step's last ``window``; an unfused kernel computes and masks
+    the whole square."""
     t = float(micro_batch * seq_len)
     a = model.num_attention_heads
-    flop = 2.0 * micro_batch * seq_len * kv_len * (qk_width + v_width)
+    window = window if window is not None and window < kv_len else None
+    keys = kv_len if window is None else window
+    flop = 2.0 * micro_batch * seq_len * keys * (qk_width + v_width)
     scores = micro_batch * a * float(seq_len) * kv_len
     q_bytes, o_bytes = t * qk_width * act_bytes, t * v_width * act_bytes
-    kv_bytes = micro_batch * kv_len * kv_read_width * act_bytes
+    read = kv_len if window is None or not flash_attention else min(kv_len, seq_len + window - 1)
+    kv_bytes = micro_batch * read * kv_read_width * act_bytes
     if flash_attention:
         # FlashAttention (Dao et al. 2022): reads Q, K, V and writes O once; keeps the softmax
         # log-sum-exp (fp32 per row) instead of the s² probabilities
@@ -127,16 +133,16 @@ def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_r
         )
     shape = AttentionShape(
         batch=micro_batch, heads=a, kv_heads=kv_heads or a, seq=seq_len, kv=kv_len,
-        qk_dim=qk_width / a, v_dim=v_width / a, causal=True, flash=flash_attention,
+        qk_dim=qk_width / a, v_dim=v_width / a, causal=True, flash=flash_attention, window=window,
     )
     return Op("attention", "attention", "tp", flop=flop, bytes=traffic, saved=extra, attention=shape)
 
 
 def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int,
-                  eager: bool = False) -> tuple[Op, ...]:
+                  eager: bool = False, window: int | None = None) -> tuple[Op, ...]:
     """Norm, projections, rotary embeddings and attention core; MHA/GQA/MQA or multi-head latent
-    attention. ``eager``: the norms and rotary embeddings run as PyTorch eager runs the reference
-    Llama code (_norm, _rotary)."""
+    attention, over the whole prefix or a sliding ``window``. ``eager``: the norms and rotary
+    embeddings run as PyTorch eager runs the reference Llama code (_norm, _rotary)."""
     t = float(micro_batch * seq_len)
     h = float(model.hidden_size)
     a = model.num_attention_heads
@@ -165,7 +171,8 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
             ops.append(_rotary(t, (a + 1) * m.qk_rope_head_dim, act_bytes, eager))
         # training and prefill read the per-head keys and values; decoding reads the cached latent
         kv_read = a * (qk + v) if kv_len == seq_len else latent
-        core = _attention_core(model, micro_batch, seq_len, kv_len, a * qk, a * v, kv_read, act_bytes, flash_attention)
+        core = _attention_core(model, micro_batch, seq_len, kv_len, a * qk, a * v, kv_read, act_bytes, flash_attention,
+                               window=window)
         saved = (Saved("q", t * a * qk * act_bytes, "tp"), Saved("kv", t * a * (qk + v) * act_bytes, "tp"))
         ops.append(replace(core, saved=saved + core.saved))
         ops.append(_matmul("proj", t, a * v, h, "k", a * v * h, (Saved("proj_in", t * a * v * act_bytes, "tp"),)))
@@ -176,7 +183,8 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
                            input_fused=True))
         if model.rotary:
             ops.append(_rotary(t, q_width + kv_width, act_bytes, eager))
-        core = _attention_core(model, micro_batch, seq_len, kv_len, q_width, q_width, 2 * kv_width, act_bytes, flash_attention, kv)
+        core = _attention_core(model, micro_batch, seq_len, kv_len, q_width, q_width, 2 * kv_width, act_bytes, flash_attention, kv,
+                               window)
         saved = (
             Saved("q", t * q_width * act_bytes, "tp"),
             Saved("k", t * kv_width * act_bytes, "tp"),
@@ -266,33 +274,53 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
 
 def decoder_layer(
     model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool,
-    kv_len: int | None = None, moe: bool = False, eager: bool = False, autocast: bool = True,
+    kv_len: int | None = None, moe: bool = False, eager: bool = False, autocast: bool = True, windowed: bool = False,
 ) -> tuple[Op, ...]:
-    """The ops of one decoder layer: attention block, then FFN block (MoE if ``moe``).
+    """The ops of one decoder layer: attention block (through the model's sliding window if
+    ``windowed``), then FFN block (MoE if ``moe``).
 
     ``seq_len`` tokens per sequence go through the layer; each attends to ``kv_len`` keys
     (default ``seq_len``; in decoding one new token attends to the whole KV cache).
     """
     kv_len = kv_len or seq_len
-    return (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager)
+    window = model.sliding_window if windowed else None
+    return (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, window)
             + ffn_ops(model, micro_batch, seq_len, act_bytes, moe, eager, autocast))
+
+
+def layer_kinds(model: TransformerModel, kv_len: int) -> tuple[tuple[bool, bool, int], ...]:
+    """(MoE, windowed, layers) of each run of like decoder layers, in model order: the leading
+    dense layers, then MoE; layers whose sliding window is narrower than ``kv_len`` keys apart
+    from those that attend to all of them (a window as wide as the keys changes nothing)."""
+    if model.sliding_window is None or model.sliding_window >= kv_len:
+        dense = model.dense_layers
+        return tuple(run for run in ((False, False, dense), (True, False, model.num_layers - dense)) if run[2])
+    runs: list[list] = []
+    for layer in range(model.num_layers):
+        kind = [bool(model.moe) and layer >= model.dense_layers,
+                model.windowed(layer) and model.sliding_window < kv_len, 1]
+        if runs and runs[-1][:2] == kind[:2]:
+            runs[-1][2] += 1
+        else:
+            runs.append(kind)
+    return tuple(tuple(run) for run in runs)
 
 
 def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None,
                  eager: bool = False, mtp: bool = False, autocast: bool = True) -> tuple[Block, ...]:
-    """The decoder layer kinds in order, with their counts (dense first, then MoE); with ``mtp``
-    the last kind counts the multi-token-prediction modules' layers too, which follow the
+    """The decoder layer kinds in model order, a block for each run of like layers with its count
+    (dense first, then MoE; windowed and global layers apart: layer_kinds); with ``mtp`` the last
+    kind counts the multi-token-prediction modules' layers too, which follow the
     decoder's (DeepSeek-V3 report Sec. 2.2: each module's transformer block is one more layer of
     the model's)."""
-    dense = model.dense_layers
+    ops: dict[tuple[bool, bool], tuple[Op, ...]] = {}
     blocks = []
-    if dense:
-        blocks.append(Block("dense_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager=eager,
-                                                              autocast=autocast), dense))
-    if model.moe and model.num_layers > dense:
-        blocks.append(Block("moe_layer", decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=True, eager=eager,
-                                                          autocast=autocast),
-                            model.num_layers - dense))
+    for moe, windowed, layers in layer_kinds(model, kv_len or seq_len):
+        if (moe, windowed) not in ops:
+            ops[moe, windowed] = decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=moe, eager=eager,
+                                               autocast=autocast, windowed=windowed)
+        name = ("moe_layer" if moe else "dense_layer") + ("_windowed" if windowed else "")
+        blocks.append(Block(name, ops[moe, windowed], layers))
     if mtp and model.mtp_layers:
         blocks[-1] = replace(blocks[-1], count=blocks[-1].count + model.mtp_layers)
     return tuple(blocks)
