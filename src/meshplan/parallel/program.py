@@ -289,7 +289,10 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         else (group_span(zero3_cluster, shard, replica_stride), group_span(zero3_cluster, edp, edp_stride)))
     if plan.ep_dispatch == "hierarchical" and ep > 1:
         spans.update(dispatch_spans(cluster, ep, ep_stride))
-    kinds = {block.name: _kind(s, block, x_bytes, spans) for block in graph.blocks}
+    kinds = {}
+    for block in graph.blocks:  # a kind's runs share its ops (a windowed model's alternate)
+        if block.name not in kinds:
+            kinds[block.name] = _kind(s, block, x_bytes, spans)
     if phase is not None:  # each sequence's cached keys and values, read by every layer (a windowed one's window)
         per_token = graph.tokens / graph.seq_len * kv_cache_bytes_per_token(model, tp, act_bytes)
         windowed = {block.name for block in graph.blocks if any(op.attention and op.attention.window for op in block.ops)}
