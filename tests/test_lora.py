@@ -12,6 +12,7 @@ from meshplan.errors import MeshplanError
 from meshplan.explore.bound import lower_bounds
 from meshplan.explore.search import brute_force, search
 from meshplan.explore.space import SearchSpace, expand
+from meshplan.parallel.program import build_program
 from meshplan.parallel.shard import shard_op
 from meshplan.specs import Plan, Task
 from meshplan.workloads.lora import with_adapters
@@ -140,3 +141,23 @@ def test_bound_and_search_stay_exact_with_lora():
     result = search(model, cluster, 8, base, space, top_k=5, task=task)
     exact = brute_force(model, cluster, 8, base, space, task)
     assert [r["step_time_s"] for r in result.top] == pytest.approx([r["step_time_s"] for r in exact[:5]], rel=1e-12)
+
+
+def test_qlora_dequantizes_each_base_weight_before_both_its_gemms():
+    # bitsandbytes' MatMul4Bit: the NF4 weight (4.127 bits) read and a 16-bit copy written before
+    # the forward GEMM and again before the input gradient's; adapters and the output layer run in 16 bits
+    task = Task(kind="finetune", lora_rank=16, lora_targets="all", lora_base_dtype="nf4")
+    bf16 = task.model_copy(update={"lora_base_dtype": "bf16"})
+    plan = dict(tp=2, num_devices=2, global_batch_size=8, micro_batch_size=4, seq_len=2048)
+    nf4 = build_program(api.scenario("llama3-8b", "dgx-h100", task=task, **plan))
+    plain = build_program(api.scenario("llama3-8b", "dgx-h100", task=bf16, **plan))
+    per_weight = (4.127 / 8 + 2) / 2  # over tp 2
+    (kind,) = nf4.kinds.values()
+    for op, same in zip(kind.ops, plain.kinds["dense_layer"].ops):
+        if op.op.kind == "matmul" and op.op.frozen:
+            assert op.cast_bytes == pytest.approx((op.op.params * per_weight,) * 2)
+        else:
+            assert op.cast_bytes == same.cast_bytes
+    assert sum(op.cast_bytes[0] for op in kind.ops) == pytest.approx(catalog.model("llama3-8b").params_per_layer * per_weight, rel=1e-3)
+    slower = api.estimate("llama3-8b", "dgx-h100", task=task, **plan).step_time_s
+    assert slower > api.estimate("llama3-8b", "dgx-h100", task=bf16, **plan).step_time_s

@@ -24,7 +24,7 @@ from meshplan.parallel.memory import (
 )
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
 from meshplan.parallel.recompute import layer_recompute
-from meshplan.parallel.shard import ShardedOp, param_share, saved_bytes, shard_op, with_grad_accumulation
+from meshplan.parallel.shard import ShardedOp, param_share, saved_bytes, shard_op, with_dequantized_base, with_grad_accumulation
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import Block, Graph
@@ -145,6 +145,7 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     act_bytes = activation_bytes(plan.precision)
     ops = with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, etp, plan.precision, plan.quant_scaling) for op in block.ops),
                                  plan, tp, ep, etp)
+    ops = with_dequantized_base(ops, scenario.task, tp, ep, etp)
     # two regions per decoder layer (attention, MLP); an einsum of a block model opens or closes one
     if sp:  # Korthikanti et al. 2022, Sec. 4.2.2: all-gather + reduce-scatter replace each all-reduce
         tp_comms = (Comm("tp", "all_gather", x_bytes, block.tp_opens, spans["tp"]),

@@ -67,6 +67,30 @@ def with_grad_accumulation(ops: tuple[ShardedOp, ...], plan, tp: int, ep: int = 
                  if o.op.kind in ("matmul", "lookup") and o.op.params and not o.op.frozen else o for o in ops)
 
 
+#: HBM bytes per weight of dequantizing a QLoRA base weight for one GEMM (bitsandbytes'
+#: MatMul4Bit: dequantize_4bit, then the 16-bit GEMM): its NF4 code and constants read
+#: (memory.LORA_BASE_BYTES), the 16-bit weight written
+NF4_DEQUANT_BYTES = (4.0 + 0.127) / 8.0 + 2.0
+
+
+def with_dequantized_base(ops: tuple[ShardedOp, ...], task, tp: int, ep: int = 1,
+                          expert_tp: int | None = None) -> tuple[ShardedOp, ...]:
+    """``ops`` with the dequantization of an NF4 LoRA base (Task.lora_base_dtype nf4: QLoRA,
+    Dettmers et al. 2023) before each GEMM that reads the base weight: bitsandbytes' MatMul4Bit
+    dequantizes it in the forward and again for the input gradient (bitsandbytes/autograd/
+    _functions.py), so a frozen base matmul carries a weight's dequant in each pass. Its shard
+    on this device, a memory-bound kernel like an FP8 cast (ShardedOp.cast_bytes)."""
+    if task.kind != "finetune" or not task.lora_rank or task.lora_base_dtype != "nf4":
+        return ops
+    out = []
+    for o in ops:
+        if o.op.kind == "matmul" and o.op.frozen and o.op.params:
+            weight = NF4_DEQUANT_BYTES * param_share(o.op, tp, ep, expert_tp)
+            o = replace(o, cast_bytes=(o.cast_bytes[0] + weight, o.cast_bytes[1] + weight))
+        out.append(o)
+    return tuple(out)
+
+
 def _shard_attention(shape: AttentionShape, tp: int, cp: int) -> AttentionShape:
     """One device's attention call: heads split tp ways (key/value heads too, at least one per
     rank: Megatron replicates them when tp exceeds them); with context parallelism each rank

@@ -30,7 +30,8 @@ class Task(Spec):
       reduction or optimizer state) but gradients flow back through every layer, and trainable
       adapters A (d_in x r) and B (r x d_out) sit beside the ``lora_targets`` linear layers
       (meshplan.workloads.lora); ``lora_base_dtype`` stores the frozen base weights in 16 bits,
-      FP8, or NF4 as QLoRA does (Dettmers et al. 2023, arXiv:2305.14314).
+      FP8, or NF4 as QLoRA does (Dettmers et al. 2023, arXiv:2305.14314), whose GEMMs each
+      dequantize their weight first (meshplan.parallel.shard.with_dequantized_base).
     - inference: ``batch_size`` sequences, each a ``prompt_len`` prefill then ``output_len``
       decoded tokens with a KV cache.
     """
