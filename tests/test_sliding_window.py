@@ -119,3 +119,11 @@ def test_the_catalog_gpt_oss_matches_its_model_card():
     assert catalog.model("gpt-oss-120b").num_params == pytest.approx(116.83e9, rel=1e-3)
     assert catalog.model("gpt-oss-20b").num_params == pytest.approx(20.91e9, rel=1e-3)
     assert catalog.model("gemma-3-27b").num_params - catalog.model("gemma-3-27b").embedding_params == pytest.approx(25.6e9, rel=2e-3)
+
+
+def test_an_attention_block_attends_through_its_window():
+    block = dict(block="attention", num_layers=1, hidden_size=4096, num_attention_heads=32, vocab_size=1000, seq_len=32768)
+    graph = lower(TransformerModel(**block, sliding_window=4096), 1, 32768)
+    (core,) = [op for b in graph.blocks for op in b.ops if op.kind == "attention"]
+    assert core.attention.window == 4096
+    assert core.flop == 2.0 * 32768 * 4096 * 2 * 4096

@@ -424,7 +424,8 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     """
     if model.block != "layer":  # one block, no embedding, output layer or loss
         kv = kv_len or seq_len
-        ops = (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv, eager) if model.block == "attention"
+        window = model.sliding_window if model.windowed(0) else None
+        ops = (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv, eager, window) if model.block == "attention"
                else ffn_ops(model, micro_batch, seq_len, act_bytes, moe=False, eager=eager, autocast=autocast))
         return Graph(head=Block("embedding", (), 1), blocks=block_einsums(model.block, ops), tail=Block("head", (), 1),
                      tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)
