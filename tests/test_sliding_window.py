@@ -122,7 +122,8 @@ def test_the_catalog_gpt_oss_matches_its_model_card():
 
 
 def test_an_attention_block_attends_through_its_window():
-    block = dict(block="attention", num_layers=1, hidden_size=4096, num_attention_heads=32, vocab_size=1000, seq_len=32768)
+    block = dict(block="attention", num_layers=1, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=1, vocab_size=1000,
+                 seq_len=32768)
     graph = lower(TransformerModel(**block, sliding_window=4096), 1, 32768)
     (core,) = [op for b in graph.blocks for op in b.ops if op.kind == "attention"]
     assert core.attention.window == 4096
