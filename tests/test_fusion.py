@@ -318,3 +318,146 @@ def test_gelu_new_counts_are_what_pytorch_dispatches():
         x = torch.randn(64, 1024, dtype=dtype, requires_grad=True)
         forward, backward = _dispatched_bytes(lambda v: gelu_new(v, autocast), x)
         assert (forward, backward) == pytest.approx(expected, abs=0.5)
+
+
+def _layer_bytes(layer, params: dict, hidden, fp32_weights: bool):
+    """Bytes per hidden value that PyTorch's eager kernels other than GEMMs move in ``layer`` and
+    its backward, apart from the weights' casts (bytes per weight): a bf16 model, or an fp32 one
+    under CPU autocast to bf16 (whose lists put linear in bf16 and the norms' math in fp32, as
+    CUDA's do), counted as _dispatched_bytes counts."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    dtype = torch.float32 if fp32_weights else torch.bfloat16
+    weights = {name: torch.randn(*shape, dtype=dtype, requires_grad=True) for name, shape in params.items()}
+    shapes = {w.shape for w in weights.values() if w.dim() == 2}
+
+    class Count(TorchDispatchMode):
+        values = weight = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = str(func)
+            views = func._schema.returns and any(r.alias_info for r in func._schema.returns)
+            if not views and not name.startswith(("aten.mm", "aten.addmm", "aten.detach", "aten._unsafe_view", "aten.clone",
+                                                  "aten.zeros", "aten.empty", "aten.new_empty")):
+                tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+                moved = sum(t.numel() * t.element_size() for t in tensors)
+                if name.startswith("aten._to_copy") and tensors[0].shape in shapes:
+                    self.weight += moved
+                else:
+                    self.values += moved
+            return out
+
+    x = torch.randn(*hidden, dtype=dtype, requires_grad=True)
+
+    def run():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=fp32_weights):
+            return layer(x, weights)
+
+    grad = torch.randn_like(run())
+    with Count() as forward:
+        y = run()
+    with Count() as backward:
+        y.backward(grad)
+    n, w = x.numel(), sum(t.numel() for t in weights.values() if t.dim() == 2)
+    return forward.values / n, backward.values / n, forward.weight / w, backward.weight / w
+
+
+class _Core:
+    """The attention kernel, not counted: the queries through, no gradient work."""
+
+    @staticmethod
+    def apply(q, k, v):
+        torch = pytest.importorskip("torch")
+
+        class Core(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v):
+                ctx.shapes = (k.shape, v.shape, k.dtype)
+                return q.detach().clone()
+
+            @staticmethod
+            def backward(ctx, g):
+                k_shape, v_shape, dtype = ctx.shapes
+                return g, torch.zeros(k_shape, dtype=dtype), torch.zeros(v_shape, dtype=dtype)
+
+        return Core.apply(q, k, v)
+
+
+def _hf_llama_layer(x, w):
+    """transformers' LlamaDecoderLayer, eager: its RMSNorm, separate q, k, v, gate and up projections."""
+    import torch.nn.functional as F
+
+    def norm(h, weight):
+        dtype = h.dtype
+        h = h.float()
+        return weight * (h * (h.pow(2).mean(-1, keepdim=True) + 1e-6).rsqrt()).to(dtype)
+
+    h = norm(x, w["n1"])
+    attn = _Core.apply(F.linear(h, w["q"]), F.linear(h, w["k"]), F.linear(h, w["v"]))
+    x = x + F.linear(attn, w["o"])
+    h = norm(x, w["n2"])
+    return x + F.linear(F.silu(F.linear(h, w["g"])) * F.linear(h, w["u"]), w["d"])
+
+
+def _hf_gpt2_layer(x, w):
+    """transformers' GPT2Block: LayerNorm kernels, one fused c_attn, a plain FFN (GELU as one kernel)."""
+    import torch.nn.functional as F
+
+    h = F.layer_norm(x, x.shape[-1:], w["n1"], w["b1"])
+    q, k, v = F.linear(h, w["qkv"]).chunk(3, -1)
+    x = x + F.linear(_Core.apply(q, k, v), w["o"])
+    h = F.layer_norm(x, x.shape[-1:], w["n2"], w["b2"])
+    return x + F.linear(F.gelu(F.linear(h, w["up"])), w["d"])
+
+
+def _stream_extra(model: dict, b: int, s: int) -> tuple[float, float]:
+    """What meshplan's fp32 stream adds to a decoder layer's memory-bound ops, bytes per hidden value."""
+    def moved(fp32_stream):
+        ops = [op for op in lower(TransformerModel(**model), b, s, 2.0, eager=True, fp32_stream=fp32_stream).blocks[0].ops
+               if op.kind == "elementwise"]
+        return sum(op.bytes for op in ops), sum(op.bytes * backward_work(op) for op in ops)
+    (f32, b32), (f16, b16) = moved(True), moved(False)
+    values = b * s * model["hidden_size"]
+    return (f32 - f16) / values, (b32 - b16) / values
+
+
+def test_autocast_over_fp32_weights_keeps_the_residual_stream_fp32():
+    """Hugging Face's Llama and GPT-2 layers counted by PyTorch's dispatcher, a bf16 model against
+    the fp32 model under autocast: its norms take fp32 input, each projection casts a norm's
+    output (Llama's five, GPT-2's two), the residual adds read and write fp32 and cast the
+    block's gradient, the fp32 gradients of a shared input are summed; Llama 22 bytes a hidden
+    value more forward and 72 backward, as meshplan's fp32 stream adds them. GPT-2's LayerNorm
+    kernel moves 6 bytes a value more backward in fp32, where meshplan's fused norm moves twice
+    its forward's 4: 4 more over its two norms. Every weight is cast each forward, 6 bytes, and
+    its gradient back, 6."""
+    llama_shapes = dict(n1=(96,), q=(96, 96), k=(48, 96), v=(48, 96), o=(96, 96), n2=(96,), g=(160, 96), u=(160, 96), d=(96, 160))
+    gpt2_shapes = dict(n1=(96,), b1=(96,), qkv=(288, 96), o=(96, 96), n2=(96,), b2=(96,), up=(384, 96), d=(96, 384))
+    for layer, shapes, model, (forward, backward) in (
+        (_hf_llama_layer, llama_shapes, dict(LLAMA, hidden_size=96, num_attention_heads=4, num_kv_heads=2, ffn_hidden_size=160), (22.0, 72.0)),
+        (_hf_gpt2_layer, gpt2_shapes, dict(GPT, hidden_size=96, num_attention_heads=4, num_kv_heads=4, ffn_hidden_size=384), (28.0, 48.0)),
+    ):
+        bf16 = _layer_bytes(layer, shapes, (4, 32, 96), fp32_weights=False)
+        fp32 = _layer_bytes(layer, shapes, (4, 32, 96), fp32_weights=True)
+        # (and the norms' own weights and their gradients' reductions: tenths of a byte at this width)
+        assert (fp32[0] - bf16[0], fp32[1] - bf16[1]) == pytest.approx((forward, backward), abs=0.25)
+        assert fp32[2:] == pytest.approx((6.0, 6.0)) and bf16[2:] == (0.0, 0.0)
+        modelled = _stream_extra(model, 4, 32)
+        assert modelled == pytest.approx((forward, backward + (4.0 if layer is _hf_gpt2_layer else 0.0)))
+
+
+def test_a_single_gpu_autocast_step_casts_its_weights_each_forward():
+    """Hugging Face's Trainer on one GPU (bf16=True): each GEMM's weight cast each forward and its
+    gradient back (6 and 6 bytes a weight), the fp32 stream's ops in every layer; a bf16 model,
+    or FSDP's gathered 16-bit copies, neither."""
+    plan = dict(num_devices=1, global_batch_size=4, micro_batch_size=4, seq_len=2048, framework="huggingface")
+    kinds = build_program(meshplan.api.scenario("llama3-8b", "dgx-h100", **plan)).kinds
+    ops = {op.op.name: op for op in kinds["dense_layer"].ops}
+    weight = ops["qkv"].k * ops["qkv"].n  # the projections' weights, biases aside
+    assert ops["qkv"].cast_bytes == (6.0 * weight, 6.0 * weight)
+    assert {"norm_attn_casts", "norm_mlp_casts"} <= set(ops)
+    for other in (dict(plan, optimizer_state="bf16"), dict(plan, num_devices=8, global_batch_size=32, zero_stage=3)):
+        ops = {op.op.name: op for op in build_program(meshplan.api.scenario("llama3-8b", "dgx-h100", **other)).kinds["dense_layer"].ops}
+        assert ops["qkv"].cast_bytes == (0.0, 0.0) and "norm_attn_casts" not in ops

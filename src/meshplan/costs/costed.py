@@ -252,7 +252,8 @@ def host_bound(times: dict[str, OpTimes], host: HostDispatch | None, issue: Issu
         for name in order:
             if name == before:
                 out.append((None, 0.0, comm_s / 2.0))
-            out += [(name, per_op, pass_s(times[name]) / count[name])] * count[name]
+            n = count[name]  # 0: issued within another op's dispatch (autocast's casts, within a linear's call)
+            out += [(name, per_op, pass_s(times[name]) / n)] * n if n else [(name, 0.0, pass_s(times[name]))]
             if name == after:
                 out.append((None, 0.0, comm_s / 2.0))
         if before is None and after is None and comm_s:  # no expert ops named: after the pass
@@ -274,13 +275,19 @@ def host_bound(times: dict[str, OpTimes], host: HostDispatch | None, issue: Issu
             for name, t in times.items()}
 
 
+def _edge_issue(ops) -> Issue | None:
+    """The embedding's or the head's Issue: its ops issued in several calls or none (Op.launches)."""
+    launches = {op.op.name: op.op.launches for op in ops if op.op.launches != 1}
+    return Issue(launches=launches) if launches else None
+
+
 def layer_issue(kind, plan, model, blocking_ep: tuple[float, float]) -> Issue | None:
     """A layer kind's Issue under ``plan``: the ops PyTorch issues in several calls (Op.launches:
     eager norms and rotary embeddings), a GEMM per local expert (Plan.expert_gemms), the
     dispatcher's sync before the first expert GEMM (Plan.moe_host_sync), and the expert
     all-to-alls ``blocking_ep`` (forward, backward seconds) where they block the compute stream.
     None for a layer issued one dispatch an op, without routed experts."""
-    launches = {op.op.name: op.op.launches for op in kind.ops if op.op.launches > 1}
+    launches = {op.op.name: op.op.launches for op in kind.ops if op.op.launches != 1}
     experts = [op.op.name for op in kind.ops if op.op.expert and op.op.kind == "matmul"]
     if not experts:
         return Issue(launches=launches) if launches else None
@@ -385,8 +392,8 @@ def cost_program(program: Program) -> CostedProgram:
     for role in program.roles:
         edge_ops = cap({op.op.name: op_times(op, roof, eb, wide) for op in (*role.head, *role.tail)}, (*role.head, *role.tail))
         # the embedding, and the head and loss, are issued like a layer's ops
-        edge_ops = {**host_bound({op.op.name: edge_ops[op.op.name] for op in role.head}, host),
-                    **host_bound({op.op.name: edge_ops[op.op.name] for op in role.tail}, host)}
+        edge_ops = {**host_bound({op.op.name: edge_ops[op.op.name] for op in role.head}, host, _edge_issue(role.head)),
+                    **host_bound({op.op.name: edge_ops[op.op.name] for op in role.tail}, host, _edge_issue(role.tail))}
         edge = list(edge_ops.values())
         edge_comm = sum(comm_s(c) for c in (*role.head_comms, *role.tail_comms))
         edge_comm_bwd = sum(comm_s(c, backward=True) for c in (*role.head_comms, *role.tail_comms))

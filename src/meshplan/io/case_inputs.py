@@ -236,6 +236,32 @@ def _nemo_era(text) -> str | None:
     return "nemo-launcher" if first <= (major, minor) <= last else "nemo"
 
 
+#: the first PyTorch release whose SDPA prefers cuDNN's attention on Hopper and Blackwell: 2.10's
+#: sdp_utils.cpp check_prefer_cudnn_attention orders cuDNN first on sm90 and sm100 where cuDNN is
+#: past 9.15, and 2.11's wheels are the first to bundle one (catalog/frameworks.yaml, pytorch-fsdp)
+SDPA_CUDNN_FROM = (2, 11)
+_TORCH_VERSION = re.compile(r"(?<![a-z])(?:pytorch|torch)[\s=v-]{0,3}(\d)\.(\d{1,2})(?![\d])", re.IGNORECASE)
+
+
+def torch_version(*texts) -> tuple[int, int] | None:
+    """The first PyTorch version the texts name ("PyTorch 2.11.0+cu130", "torch==2.5.1")."""
+    for text in texts:
+        match = _TORCH_VERSION.search(text) if isinstance(text, str) else None
+        if match:
+            return int(match.group(1)), int(match.group(2))
+    return None
+
+
+def sdpa_prefers_cudnn(preset: str, *texts) -> bool:
+    """Whether a run on a preset whose attention is PyTorch SDPA's FlashAttention-2 ran cuDNN's
+    instead: its framework or source names PyTorch 2.11 or later (SDPA_CUDNN_FROM)."""
+    from meshplan import catalog
+
+    version = torch_version(*texts)
+    return (version is not None and version >= SDPA_CUDNN_FROM
+            and catalog.frameworks().get(preset, {}).get("attention_kernel") == "flash2")
+
+
 def _qualifiers(value: str) -> list[str]:
     """A framework as sources qualify it, split into its name and what follows: "torchtitan
     (torch.compile)", "FSDP2 + torch.compile", "PyTorch FSDP, HSDP", "Megatron-LM with ZeRO"."""
@@ -408,6 +434,8 @@ def case_inputs(case: dict, where: str) -> dict:
     framework = framework_name(case.get("framework"), case.get("source"))
     if framework:  # its overlap defaults (SCHEMA.md); others run on meshplan's
         plan["framework"] = framework
+        if "attention_kernel" not in plan and sdpa_prefers_cudnn(framework, case.get("framework"), case.get("source")):
+            plan["attention_kernel"] = None  # the device family's newest: cuDNN's on Hopper and Blackwell
     return {
         "model": model_data,
         "cluster": _word(_get(case, "hardware.cluster", where)),

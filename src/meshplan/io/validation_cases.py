@@ -131,7 +131,9 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
     scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
     preset = _preset_note(case.get("framework"), inputs["plan"].get("framework")) if arch != "dlrm" else None
     recipe = _recipe_note(case) if arch != "dlrm" else None
-    note = "; ".join(n for n in (known, experts, preset, recipe, note) if n) or None
+    sdpa = ("SDPA's cuDNN attention, as PyTorch 2.11 and later pick it on Hopper and Blackwell"
+            if arch != "dlrm" and "attention_kernel" in inputs["plan"] and inputs["plan"]["attention_kernel"] is None else None)
+    note = "; ".join(n for n in (known, experts, preset, recipe, sdpa, note) if n) or None
     try:
         result = estimate(**inputs)
     except MeshplanError as err:  # name the case in the field path

@@ -153,7 +153,7 @@ FOREACH_ELEMENT_BYTES = {"fp32": 4.0, "bf16": 2.0}
 
 
 def state_bytes_per_param(precision: str, grad_precision: str, optimizer_state: str = "fp32",
-                          implementation: str = "fused") -> StateBytes:
+                          implementation: str = "fused", cast_in_forward: bool = False) -> StateBytes:
     """Weight, gradient and optimizer bytes per parameter for Adam (OPTIMIZER_STATES), and the
     bytes its step moves: one fused kernel, or PyTorch's foreach passes (FOREACH_ADAM_PASSES).
 
@@ -162,12 +162,13 @@ def state_bytes_per_param(precision: str, grad_precision: str, optimizer_state: 
     quantized copies are counted apart (``low_precision_weight_bytes``). A fused step of fp32
     training writes no 16-bit copy (2 bytes fewer); a foreach step of 16-bit training with an
     fp32 state writes one (the fp32 weight read and the 16-bit one written: 6 bytes, whether the
-    optimizer or autocast's cast in the next forward writes it).
+    optimizer or FSDP's cast before its gather writes it), except where autocast casts the fp32
+    weights in every forward instead (``cast_in_forward``: parallel.shard.with_autocast_weights).
     """
     state, step = OPTIMIZER_STATES[optimizer_state]
     if implementation == "foreach":
         element = FOREACH_ELEMENT_BYTES[optimizer_state]
-        step = FOREACH_ADAM_PASSES * element + (6.0 if precision != "fp32" and element == 4.0 else 0.0)
+        step = FOREACH_ADAM_PASSES * element + (6.0 if precision != "fp32" and element == 4.0 and not cast_in_forward else 0.0)
     elif precision == "fp32":
         step -= 2.0
     if precision == "fp32":

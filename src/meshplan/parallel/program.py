@@ -24,7 +24,8 @@ from meshplan.parallel.memory import (
 )
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
 from meshplan.parallel.recompute import layer_recompute
-from meshplan.parallel.shard import ShardedOp, param_share, saved_bytes, shard_op, with_dequantized_base, with_grad_accumulation
+from meshplan.parallel.shard import (ShardedOp, param_share, saved_bytes, shard_op, with_autocast_weights, with_dequantized_base,
+                                     with_grad_accumulation)
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 from meshplan.specs.scenario import Scenario
 from meshplan.workloads.ops import Block, Graph
@@ -138,14 +139,31 @@ class Program:
     state: StateBytes | None = None  # training: weight, gradient and optimizer bytes per parameter
 
 
-def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, GroupSpan]) -> LayerKind:
+def fp32_weights_under_autocast(plan, phase: Phase | None = None) -> bool:
+    """Whether a training step runs 16-bit GEMMs under PyTorch autocast over unsharded fp32
+    weights, as a Hugging Face Trainer (bf16=True) or Lightning (bf16-mixed) run without FSDP or
+    ZeRO does (Plan.autocast, a 16-bit plan keeping an fp32 optimizer state, nothing sharded).
+    Sharding frameworks gather 16-bit copies (FSDP's param_dtype) and Megatron-style ones keep
+    16-bit weights beside their fp32 master, so their residual stream is 16-bit."""
+    return (phase is None and plan.autocast and plan.zero_stage == 0 and plan.precision in ("bf16", "fp16")
+            and plan.optimizer_state != "bf16")
+
+
+def _autocast_weights(ops, scenario: Scenario, phase: Phase | None, tp: int, ep: int = 1, expert_tp: int | None = None):
+    """``ops`` with their weights' casts where the step runs autocast over fp32 weights."""
+    if not fp32_weights_under_autocast(scenario.plan, phase):
+        return ops
+    return with_autocast_weights(ops, scenario.task.lora_base_dtype is None, tp, ep, expert_tp)
+
+
+def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, GroupSpan], phase: Phase | None = None) -> LayerKind:
     plan, model = scenario.plan, scenario.model
     tp, cp, ep, etp = plan.tp, plan.cp, plan.ep, plan.expert_tp
     sp = plan.sequence_parallel and tp > 1
     act_bytes = activation_bytes(plan.precision)
     ops = with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, etp, plan.precision, plan.quant_scaling) for op in block.ops),
                                  plan, tp, ep, etp)
-    ops = with_dequantized_base(ops, scenario.task, tp, ep, etp)
+    ops = _autocast_weights(with_dequantized_base(ops, scenario.task, tp, ep, etp), scenario, phase, tp, ep, etp)
     # two regions per decoder layer (attention, MLP); an einsum of a block model opens or closes one
     if sp:  # Korthikanti et al. 2022, Sec. 4.2.2: all-gather + reduce-scatter replace each all-reduce
         tp_comms = (Comm("tp", "all_gather", x_bytes, block.tp_opens, spans["tp"]),
@@ -264,7 +282,8 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         # a 16-bit model trains under autocast from fp32 weights unless its Adam keeps no fp32
         # master (bf16-true); serving runs the 16-bit weights as they are
         graph = lower_task(model, s.task, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention, plan.fused_loss,
-                           plan.fusion == "eager", autocast=plan.optimizer_state != "bf16")
+                           plan.fusion == "eager", autocast=plan.optimizer_state != "bf16",
+                           fp32_stream=fp32_weights_under_autocast(plan, phase))
     else:
         _check_serving(s)
         graph = lower(model, s.task.batch_size // (plan.dp or 1), phase.seq_len, act_bytes, plan.flash_attention,
@@ -293,7 +312,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     kinds = {}
     for block in graph.blocks:  # a kind's runs share its ops (a windowed model's alternate)
         if block.name not in kinds:
-            kinds[block.name] = _kind(s, block, x_bytes, spans)
+            kinds[block.name] = _kind(s, block, x_bytes, spans, phase)
     if phase is not None:  # each sequence's cached keys and values, read by every layer (a windowed one's window)
         per_token = graph.tokens / graph.seq_len * kv_cache_bytes_per_token(model, tp, act_bytes)
         windowed = {block.name for block in graph.blocks if any(op.attention and op.attention.window for op in block.ops)}
@@ -304,7 +323,8 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     if pp > 1:  # one activation per micro-batch per chunk boundary, split over the tp ranks
         pp_comm = Comm("pp", "send_recv", x_bytes / tp, 1, pipeline_neighbour_span(cluster, plan))  # SC21 Sec. 4.1
 
-    state = state_bytes_per_param(plan.precision, _grad_precision(plan), plan.optimizer_state, plan.optimizer_impl)
+    state = state_bytes_per_param(plan.precision, _grad_precision(plan), plan.optimizer_state, plan.optimizer_impl,
+                                  cast_in_forward=fp32_weights_under_autocast(plan, phase))
     task = s.task
     frozen_total = 0
     if task.kind == "finetune":
@@ -437,8 +457,8 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
         layer_counts=counts,
         head=with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, scaling=plan.quant_scaling)
                                           for op in head_ops), plan, tp),
-        tail=with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, scaling=plan.quant_scaling)
-                                          for op in tail_ops), plan, tp),
+        tail=_autocast_weights(with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, scaling=plan.quant_scaling)
+                                                            for op in tail_ops), plan, tp), s, phase, tp),
         head_comms=head_comms,
         tail_comms=tail_comms,
         params=params,

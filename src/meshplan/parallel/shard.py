@@ -91,6 +91,31 @@ def with_dequantized_base(ops: tuple[ShardedOp, ...], task, tp: int, ep: int = 1
     return tuple(out)
 
 
+#: bytes per weight of casting an fp32 weight to 16 bits for a GEMM under autocast (4 + 2), and
+#: of its 16-bit gradient back to fp32 (2 + 4)
+AUTOCAST_WEIGHT_BYTES = 6.0
+
+
+def with_autocast_weights(ops: tuple[ShardedOp, ...], cast_frozen: bool, tp: int, ep: int = 1,
+                          expert_tp: int | None = None) -> tuple[ShardedOp, ...]:
+    """``ops`` under autocast over fp32 weights (the residual stream kept fp32, workloads.
+    transformer._autocast_casts): each GEMM casts its weight to 16 bits in every forward
+    (autocast caches a cast for one forward only; a recomputed forward casts again) and the
+    weight's 16-bit gradient back to fp32 in its backward, a memory-bound kernel each like an
+    FP8 cast (ShardedOp.cast_bytes); tests/test_fusion.py counts 6 and 6 bytes a weight with
+    PyTorch's dispatcher. A frozen weight (LoRA's base) takes no gradient, and none at all
+    where it is stored in its own precision (not ``cast_frozen``: Task.lora_base_dtype). The
+    output layer of tied embeddings casts the embedding's weight."""
+    out = []
+    for o in ops:
+        if o.op.kind == "matmul" and (cast_frozen or not o.op.frozen):
+            weights = param_share(o.op, tp, ep, expert_tp) if o.op.expert else o.k * o.n
+            backward = 0.0 if o.op.frozen else AUTOCAST_WEIGHT_BYTES * weights
+            o = replace(o, cast_bytes=(o.cast_bytes[0] + AUTOCAST_WEIGHT_BYTES * weights, o.cast_bytes[1] + backward))
+        out.append(o)
+    return tuple(out)
+
+
 def _shard_attention(shape: AttentionShape, tp: int, cp: int) -> AttentionShape:
     """One device's attention call: heads split tp ways (key/value heads too, at least one per
     rank: Megatron replicates them when tp exceeds them); with context parallelism each rank

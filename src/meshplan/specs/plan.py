@@ -109,6 +109,12 @@ class Plan(Spec):
     # kernels, torch.compile), or "eager", op by op as PyTorch runs the reference Llama code
     # without torch.compile (workloads.transformer._norm and _rotary say what each moves)
     fusion: Literal["fused", "eager"] = "fused"
+    # 16-bit GEMMs under PyTorch's autocast over fp32 weights (Hugging Face Trainer's bf16=True,
+    # Lightning's bf16-mixed, Composer's amp_bf16), not 16-bit weights beside an fp32 master
+    # (Megatron, NeMo, DeepSpeed). With nothing sharded (zero_stage 0: one GPU, DDP) the weights
+    # are cast in every forward and the residual stream stays fp32 (parallel.program.
+    # fp32_weights_under_autocast); FSDP and ZeRO gather 16-bit copies
+    autocast: bool = False
     # what runs beside compute (meshplan.timeline.passes); a ``framework`` sets its defaults
     framework: Framework | None = None
     overlap_grad_reduce: bool = True  # gradient buckets reduced during the last micro-batch's backward

@@ -74,10 +74,11 @@ def with_adapters(graph: Graph, rank: int, targets: str, act_bytes: float) -> Gr
 
 
 def lower_task(model, task, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool,
-               fused_loss: bool = False, eager: bool = False, autocast: bool = True) -> Graph:
+               fused_loss: bool = False, eager: bool = False, autocast: bool = True, fp32_stream: bool = False) -> Graph:
     """The training graph of one micro-batch for ``task`` (a specs.task.Task): the model lowered
     (meshplan.workloads.transformer.lower), with adapters and frozen base weights for LoRA."""
-    graph = lower(model, micro_batch, seq_len, act_bytes, flash_attention, fused_loss=fused_loss, eager=eager, autocast=autocast)
+    graph = lower(model, micro_batch, seq_len, act_bytes, flash_attention, fused_loss=fused_loss, eager=eager, autocast=autocast,
+                  fp32_stream=fp32_stream)
     return with_adapters(graph, task.lora_rank, task.lora_targets, act_bytes) if task.lora_rank else graph
 
 

@@ -87,7 +87,8 @@ class Op:
     # own count: a rotary embedding's backward moves what its forward does)
     backward_scale: float = 2.0
     # what the host takes to issue it, each way, in lowered ops' dispatches (an eager composite
-    # op: several; costs.costed.host_bound holds the GPU to them)
+    # op: several; one issued within another op's call: 0; costs.costed.host_bound holds the GPU
+    # to them)
     launches: int = 1
     # a GEMM that FP8/FP4 training runs in low precision, keeping its saved input quantized:
     # every linear layer of the decoder; the embedding, output layer and MoE router stay 16-bit

@@ -57,6 +57,43 @@ def _norm(name: str, tokens: float, width: float, act_bytes: float, model: Trans
               memory_class="copy", backward_scale=backward / forward, launches=EAGER_RMSNORM_LAUNCHES)
 
 
+#: HBM bytes per value of casting an fp32 tensor to 16 bits, and its gradient back (4 + 2)
+AUTOCAST_CAST_BYTES = 6.0
+#: what summing a second gradient into an fp32 tensor's moves over a 16-bit one's (12 - 6)
+FP32_GRAD_ADD_EXTRA_BYTES = 6.0
+
+
+def _autocast_casts(name: str, tokens: float, width: float, consumers: int) -> Op:
+    """Under autocast over fp32 weights (``fp32_stream``: Hugging Face Trainer's bf16=True
+    without FSDP or ZeRO, Lightning's bf16-mixed) the residual stream and the norms stay fp32,
+    and each linear that reads a norm's output casts it to 16 bits itself: ``consumers`` casts of
+    4 + 2 bytes a value (autocast caches only leaf tensors' casts, the weights'), each cast back
+    in the backward (2 + 4), and the fp32 gradients of the consumers summed, 6 bytes more a value
+    for each after the first than 16-bit ones. Each linear keeps its own 16-bit copy for its
+    weight gradient: consumers - 1 more than one input. The host issues them within the linears'
+    calls (no dispatch of their own: Op.launches 0). tests/test_fusion.py counts a Llama and a
+    GPT-2 layer with PyTorch's dispatcher."""
+    values = tokens * width
+    forward = AUTOCAST_CAST_BYTES * consumers
+    backward = AUTOCAST_CAST_BYTES * consumers + FP32_GRAD_ADD_EXTRA_BYTES * (consumers - 1)
+    saved = (Saved(f"{name}_copies", 2.0 * (consumers - 1) * values, "sp"),) if consumers > 1 else ()
+    return Op(name, "elementwise", "sp", bytes=forward * values, backward_scale=backward / forward, saved=saved, launches=0)
+
+
+def _residual(name: str, tokens: float, width: float, act_bytes: float, fp32_stream: bool) -> Op:
+    """The residual add (and its dropout's mask, Megatron's layout). In an fp32 stream the add
+    reads the fp32 stream and the block's 16-bit output and writes fp32 (4 more bytes a value
+    forward), and its backward casts the gradient down for the block (4 + 2) and sums the
+    stream's two fp32 gradients (6 more than 16-bit ones): 12 more."""
+    x, mask = tokens * width * act_bytes, tokens * width * MASK_BYTES
+    forward, backward = 3.0 * x + mask, 2.0 * (3.0 * x + mask)
+    if fp32_stream:
+        forward += 4.0 * tokens * width
+        backward += (AUTOCAST_CAST_BYTES + FP32_GRAD_ADD_EXTRA_BYTES) * tokens * width
+    return Op(name, "elementwise", "sp", flop=2.0 * tokens * width, bytes=forward, backward_scale=backward / forward,
+              saved=(Saved(f"dropout_mask_{name.removeprefix('residual_')}", mask, "sp"),))
+
+
 def _standalone_casts(ops: tuple[Op, ...]) -> tuple[Op, ...]:
     """Eager ops write 16-bit outputs: nothing quantizes a low-precision GEMM's input or output
     gradient as it writes it (parallel.quantize: a standalone cast)."""
@@ -139,15 +176,20 @@ def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_r
 
 
 def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int,
-                  eager: bool = False, window: int | None = None) -> tuple[Op, ...]:
+                  eager: bool = False, window: int | None = None, fp32_stream: bool = False) -> tuple[Op, ...]:
     """Norm, projections, rotary embeddings and attention core; MHA/GQA/MQA or multi-head latent
     attention, over the whole prefix or a sliding ``window``. ``eager``: the norms and rotary
-    embeddings run as PyTorch eager runs the reference Llama code (_norm, _rotary)."""
+    embeddings run as PyTorch eager runs the reference Llama code (_norm, _rotary);
+    ``fp32_stream``: the residual stream and the norm are fp32 under autocast, and the
+    projections cast its output (_autocast_casts: Hugging Face's q, k and v projections each,
+    GPT-2's fused c_attn once; latent attention's query and latent projections)."""
     t = float(micro_batch * seq_len)
     h = float(model.hidden_size)
     a = model.num_attention_heads
     x = t * h * act_bytes
-    ops = [_norm("norm_attn", t, h, act_bytes, model, eager)]
+    ops = [_norm("norm_attn", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager)]
+    if fp32_stream:
+        ops.append(_autocast_casts("norm_attn_casts", t, h, 2 if model.mla else 3 if model.rotary else 1))
     if model.mla:
         m = model.mla
         qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
@@ -192,8 +234,7 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         )
         ops.append(replace(core, saved=saved + core.saved))
         ops.append(_matmul("proj", t, q_width, h, "k", q_width * h + h, (Saved("proj_in", t * q_width * act_bytes, "tp"),)))
-    mask = t * h * MASK_BYTES
-    ops.append(Op("residual_attn", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_attn", mask, "sp"),)))
+    ops.append(_residual("residual_attn", t, h, act_bytes, fp32_stream))
     return _standalone_casts(tuple(ops)) if eager else tuple(ops)
 
 
@@ -244,14 +285,20 @@ def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_
 
 
 def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, moe: bool, eager: bool = False,
-            autocast: bool = True) -> tuple[Op, ...]:
+            autocast: bool = True, fp32_stream: bool = False) -> tuple[Op, ...]:
     """Norm, the FFN (dense, or router + routed and shared experts), residual. ``autocast``: 16-bit
-    activations from fp32 weights under autocast (_activation)."""
+    activations from fp32 weights under autocast (_activation); ``fp32_stream``: the residual
+    stream and the norm stay fp32 there, and the FFN's input projections cast the norm's output
+    (a gated FFN's gate and up projections each; an MoE layer's router, and its experts' as if
+    one projection read every routed copy)."""
     t = float(micro_batch * seq_len)
     h = float(model.hidden_size)
     x = t * h * act_bytes
-    mask = t * h * MASK_BYTES
-    ops = [_norm("norm_mlp", t, h, act_bytes, model, eager)]
+    ops = [_norm("norm_mlp", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager)]
+    if fp32_stream:
+        gated = model.ffn_matrices == 3
+        consumers = 1 + round(model.moe.top_k * model.moe.routed_factor) if moe else 2 if gated else 1
+        ops.append(_autocast_casts("norm_mlp_casts", t, h, consumers))
     if not moe:
         ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes, eager=eager, autocast=autocast)
     else:
@@ -268,13 +315,14 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
         ]
         if m.shared_experts:
             ops += _ffn_ops(model, "shared", t, m.shared_experts * m.expert_ffn_hidden_size, act_bytes, eager=eager, autocast=autocast)
-    ops.append(Op("residual_mlp", "elementwise", "sp", flop=2.0 * t * h, bytes=3.0 * x + mask, saved=(Saved("dropout_mask_mlp", mask, "sp"),)))
+    ops.append(_residual("residual_mlp", t, h, act_bytes, fp32_stream))
     return _standalone_casts(tuple(ops)) if eager else tuple(ops)
 
 
 def decoder_layer(
     model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool,
     kv_len: int | None = None, moe: bool = False, eager: bool = False, autocast: bool = True, windowed: bool = False,
+    fp32_stream: bool = False,
 ) -> tuple[Op, ...]:
     """The ops of one decoder layer: attention block (through the model's sliding window if
     ``windowed``), then FFN block (MoE if ``moe``).
@@ -284,8 +332,8 @@ def decoder_layer(
     """
     kv_len = kv_len or seq_len
     window = model.sliding_window if windowed else None
-    return (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, window)
-            + ffn_ops(model, micro_batch, seq_len, act_bytes, moe, eager, autocast))
+    return (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, window, fp32_stream)
+            + ffn_ops(model, micro_batch, seq_len, act_bytes, moe, eager, autocast, fp32_stream))
 
 
 def layer_kinds(model: TransformerModel, kv_len: int) -> tuple[tuple[bool, bool, int], ...]:
@@ -307,7 +355,7 @@ def layer_kinds(model: TransformerModel, kv_len: int) -> tuple[tuple[bool, bool,
 
 
 def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None,
-                 eager: bool = False, mtp: bool = False, autocast: bool = True) -> tuple[Block, ...]:
+                 eager: bool = False, mtp: bool = False, autocast: bool = True, fp32_stream: bool = False) -> tuple[Block, ...]:
     """The decoder layer kinds in model order, a block for each run of like layers with its count
     (dense first, then MoE; windowed and global layers apart: layer_kinds); with ``mtp`` the last
     kind counts the multi-token-prediction modules' layers too, which follow the
@@ -318,7 +366,7 @@ def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_by
     for moe, windowed, layers in layer_kinds(model, kv_len or seq_len):
         if (moe, windowed) not in ops:
             ops[moe, windowed] = decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=moe, eager=eager,
-                                               autocast=autocast, windowed=windowed)
+                                               autocast=autocast, windowed=windowed, fp32_stream=fp32_stream)
         name = ("moe_layer" if moe else "dense_layer") + ("_windowed" if windowed else "")
         blocks.append(Block(name, ops[moe, windowed], layers))
     if mtp and model.mtp_layers:
@@ -409,7 +457,7 @@ def padded_vocabulary(model: TransformerModel, multiple: int) -> TransformerMode
 
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True,
           kv_len: int | None = None, logits_per_sequence: int | None = None, fused_loss: bool = False, eager: bool = False,
-          autocast: bool = True) -> Graph:
+          autocast: bool = True, fp32_stream: bool = False) -> Graph:
     """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss; of a
     block model (``model.block``), that block's einsums only (block_einsums).
 
@@ -418,7 +466,9 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     sequence go through the final norm, logits and sampling (default: every position, as in
     training). ``fused_loss``: the cross-entropy is one fused kernel (cross_entropy_op);
     ``eager``: norms, rotary embeddings and a composite activation run op by op (_norm, _rotary,
-    _activation), the activation ``autocast`` from fp32 weights or not. Training (every
+    _activation), the activation ``autocast`` from fp32 weights or not, and with ``fp32_stream``
+    (autocast over unsharded fp32 weights) the embedding, the residual stream and the norms in
+    fp32 (_autocast_casts, _residual). Training (every
     position's logits) runs the model's multi-token-prediction modules after the decoder (_mtp_ops;
     serving leaves them out).
     """
@@ -435,8 +485,10 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     head = Block(
         "embedding",
         (
-            # vocab-parallel lookup: reads the selected rows, writes the activations
-            Op("embedding", "lookup", "tp", bytes=2.0 * x, params=v * h, saved=(Saved("embedding_mask", t * h * MASK_BYTES, "sp"),)),
+            # vocab-parallel lookup: reads the selected rows, writes the activations (fp32 rows
+            # and activations in an fp32 stream)
+            Op("embedding", "lookup", "tp", bytes=2.0 * (t * h * OPMATH_BYTES if fp32_stream else x), params=v * h,
+               saved=(Saved("embedding_mask", t * h * MASK_BYTES, "sp"),)),
         ),
         1,
     )
@@ -446,12 +498,14 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     tail = Block(
         "head",
         (
-            _norm("norm_final", t, h, act_bytes, model, eager),
+            _norm("norm_final", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager),
+            *((_autocast_casts("norm_final_casts", t, h, 1),) if fp32_stream else ()),
             _matmul("logits", t, h, v, "n", 0.0 if model.tied_embeddings else v * h, (Saved("logits_in", x, "sp"),), low_precision=False),
             cross_entropy_op(t, v, act_bytes, fused_loss, eager),
             *(op for depth in range(model.mtp_layers if training else 0) for op in _mtp_ops(model, depth, t, act_bytes, fused_loss, eager)),
         ),
         1,
     )
-    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, mtp=training, autocast=autocast)
+    blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, mtp=training, autocast=autocast,
+                          fp32_stream=fp32_stream)
     return Graph(head=head, blocks=blocks, tail=tail, tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)
