@@ -289,15 +289,16 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
     """Norm, the FFN (dense, or router + routed and shared experts), residual. ``autocast``: 16-bit
     activations from fp32 weights under autocast (_activation); ``fp32_stream``: the residual
     stream and the norm stay fp32 there, and the FFN's input projections cast the norm's output
-    (a gated FFN's gate and up projections each; an MoE layer's router, and its experts' as if
-    one projection read every routed copy)."""
+    (a gated FFN's gate and up projections each; an MoE layer's router, and its experts' input
+    projections each routed copy, as Hugging Face's experts read the tokens routed to them)."""
     t = float(micro_batch * seq_len)
     h = float(model.hidden_size)
     x = t * h * act_bytes
     ops = [_norm("norm_mlp", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager)]
     if fp32_stream:
         gated = model.ffn_matrices == 3
-        consumers = 1 + round(model.moe.top_k * model.moe.routed_factor) if moe else 2 if gated else 1
+        projections = 2 if gated else 1
+        consumers = 1 + round(model.moe.top_k * model.moe.routed_factor) * projections if moe else projections
         ops.append(_autocast_casts("norm_mlp_casts", t, h, consumers))
     if not moe:
         ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes, eager=eager, autocast=autocast)
