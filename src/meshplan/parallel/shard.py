@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from meshplan.parallel.memory import LORA_BASE_BYTES
 from meshplan.parallel.quantize import FP8Scaling, gemm_cast_bytes
 from meshplan.workloads.ops import AttentionShape, Op, Saved
 
@@ -70,7 +71,7 @@ def with_grad_accumulation(ops: tuple[ShardedOp, ...], plan, tp: int, ep: int = 
 #: HBM bytes per weight of dequantizing a QLoRA base weight for one GEMM (bitsandbytes'
 #: MatMul4Bit: dequantize_4bit, then the 16-bit GEMM): its NF4 code and constants read
 #: (memory.LORA_BASE_BYTES), the 16-bit weight written
-NF4_DEQUANT_BYTES = (4.0 + 0.127) / 8.0 + 2.0
+NF4_DEQUANT_BYTES = LORA_BASE_BYTES["nf4"] + 2.0
 
 
 def with_dequantized_base(ops: tuple[ShardedOp, ...], task, tp: int, ep: int = 1,
