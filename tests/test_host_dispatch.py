@@ -221,3 +221,21 @@ def test_megatron_cores_moe_layers_wait_for_their_host_and_full_graphs_do_not():
     assert grouped >= graphs
     assert step(framework="megatron-core", moe_host_sync=False) < megatron
     assert step(framework="megatron-core", expert_gemms="grouped") < megatron
+
+
+def test_a_recompute_rerun_takes_its_kernels_or_its_own_issue():
+    """torchtitan's per-op recompute of a small host-bound layer: the re-run issues 7.25 ops'
+    worth (norms, activations, residuals, every other linear) at the host's pace, whatever the
+    forward's timeline put before each op; a quicker attention (a sliding window) moved that
+    share before, and the re-run with it (310 against 396 us)."""
+    from meshplan.costs.costed import cost_program
+    from meshplan.parallel.program import build_program
+
+    model = dict(num_layers=2, hidden_size=512, num_attention_heads=4, num_kv_heads=2, ffn_hidden_size=2048, ffn_type="gelu",
+                 vocab_size=1000)
+    plan = dict(num_devices=8, tp=2, global_batch_size=16, micro_batch_size=1, seq_len=8192, framework="torchtitan",
+                recompute="selective")
+    host = catalog.efficiency("hopper").kernels.host
+    for window in (None, 128):
+        (kind,) = cost_program(build_program(api.scenario(dict(model, sliding_window=window), "dgx-h100", **plan))).kinds.values()
+        assert kind.recompute_s == pytest.approx(7.25 * host.forward_s)

@@ -314,7 +314,9 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
     ep_bwd = sum(comm_s(c, backward=True) for c in kind.ep_comms)
     blocking = (ep_fwd, ep_bwd) if plan is not None and plan.ep_overlap == "none" else (0.0, 0.0)
     gpu_forward_s = sum(t.forward_s for t in ops.values())
-    ops = host_bound(ops, host, layer_issue(kind, plan, model, blocking) if host is not None and plan is not None else None)
+    issue = layer_issue(kind, plan, model, blocking) if host is not None and plan is not None else None
+    recompute_s = _recompute_s(kind.recompute_ops, ops, host, issue)
+    ops = host_bound(ops, host, issue)
     host_wait_s = sum(t.forward_s for t in ops.values()) - gpu_forward_s
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
     cp_bwd = sum(comm_s(c, backward=True) for c in kind.cp_comms)
@@ -333,7 +335,7 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         ops=ops,
         forward_s=sum(t.forward_s for t in ops.values()),
         backward_s=sum(t.backward_s for t in ops.values()),
-        recompute_s=sum(share * ops[name].forward_s for name, share in kind.recompute_ops),
+        recompute_s=recompute_s,
         tp_forward_s=tp_fwd,
         tp_backward_s=tp_bwd + (tp_fwd if full_recompute else 0.0),
         ep_forward_s=ep_fwd,
@@ -346,6 +348,17 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         offload_backward_s=offload[1],
         host_wait_forward_s=host_wait_s,
     )
+
+
+def _recompute_s(recompute_ops, gpu: dict[str, OpTimes], host: HostDispatch | None, issue: Issue | None) -> float:
+    """What re-running ``recompute_ops`` ((op, share) pairs) takes in backward: their kernels, or
+    the host's issue of them where that is longer (its own segment: the waits the forward's host
+    timeline put before each op are the forward's, not the re-run's)."""
+    kernels = sum(share * gpu[name].forward_s for name, share in recompute_ops)
+    if host is None:
+        return kernels
+    launches = issue.launches if issue is not None else {}
+    return max(kernels, host.forward_s * sum(share * launches.get(name, 1) for name, share in recompute_ops))
 
 
 def offload_waits(copy_s: float, forward_s: float, backward_s: float) -> tuple[float, float]:
