@@ -93,6 +93,7 @@ def estimate(
     batch: Optional[int] = typer.Option(None, help="Inference: sequences served at once."),
     prompt_len: Optional[int] = typer.Option(None, help="Inference: prompt tokens per sequence."),
     output_len: Optional[int] = typer.Option(None, help="Inference: generated tokens per sequence."),
+    kv_cache_dtype: Optional[str] = typer.Option(None, help="Inference: the KV cache's element, bf16, fp16 or fp8 (default: the activations')."),
     config: Optional[Path] = typer.Option(None, help="Run config (YAML or JSON)."),
     set_: list[str] = typer.Option([], "--set", help="Override a config key, e.g. plan.tp=4 (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
@@ -112,7 +113,7 @@ def estimate(
     plan.update({k: v for k, v in plan_flags.items() if v is not None})
     task = _section(cfg, "task")
     task_flags = {"train_tokens": train_tokens, "kind": task_kind, "frozen_layers": frozen_layers,
-                  "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len, "pue": pue,
+                  "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len, "kv_cache_dtype": kv_cache_dtype, "pue": pue,
                   "grid_kg_co2e_per_kwh": grid_carbon, "price_per_device_hour": price, **_footprint_flags(
                       grid_region, tco, lifetime_years, electricity_price)}
     task.update({k: v for k, v in task_flags.items() if v is not None})
@@ -195,6 +196,7 @@ def search(
     batch: Optional[int] = typer.Option(None, help="Inference: sequences served at once."),
     prompt_len: Optional[int] = typer.Option(None, help="Inference: prompt tokens per sequence."),
     output_len: Optional[int] = typer.Option(None, help="Inference: generated tokens per sequence."),
+    kv_cache_dtype: Optional[str] = typer.Option(None, help="Inference: the KV cache's element, bf16, fp16 or fp8 (default: the activations')."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
     profile: Optional[Path] = typer.Option(None, help="A measured profile (the profile.yaml of meshplan calibrate) instead of the device's catalog profile."),
 ):
@@ -215,7 +217,7 @@ def search(
         raise MeshplanError("devices", None, "give --devices N or devices: in --config")
     task = _section(cfg, "task")
     task_flags = {"kind": task_kind, "batch_size": batch, "prompt_len": prompt_len, "output_len": output_len,
-                  "price_per_device_hour": price, "pue": pue, **_footprint_flags(None, tco, lifetime_years, electricity_price)}
+                  "kv_cache_dtype": kv_cache_dtype, "price_per_device_hour": price, "pue": pue, **_footprint_flags(None, tco, lifetime_years, electricity_price)}
     task.update({k: v for k, v in task_flags.items() if v is not None})
     _flags_agree_with_set(set_, {"model": model, "cluster": cluster, "devices": devices, "plan.global_batch_size": global_batch,
                                  "plan.seq_len": seq_len, "plan.precision": precision,

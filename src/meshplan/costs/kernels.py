@@ -120,7 +120,7 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     causal runs 4% above 128's speed, cuDNN's 6% below; FlashAttention-3 paper, Fig. 5), so its
     exponentials are taken to grow with it. The pass takes at least its HBM
     traffic (``traffic_bytes``: Q, K, V, O once; the full score matrices when not flash-fused)
-    over the bandwidth, plus the fitted extra passes over the Q/O and K/V bytes, plus a launch.
+    over the bandwidth, plus the fitted extra passes over the Q/O and K/V bytes (a serving step's cache at its own element size), plus a launch.
     """
     b, h = shape.batch, shape.heads
     tiles = b * h * np.ceil(shape.seq / block_q)
@@ -132,7 +132,7 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     tile_s = flop_ratio * 2.0 * rows * (dims + softmax) * (keys + p.prologue_kv) / per_sm
     compute = waves(tiles, chip.sm_count, p.wave_quantization) * tile_s
     q_bytes = b * shape.seq * h * dims * element_bytes
-    kv_bytes = b * shape.kv * shape.kv_heads * dims * element_bytes
+    kv_bytes = b * shape.kv * shape.kv_heads * dims * (shape.kv_element_bytes or element_bytes)
     extra = (p.q_passes * q_bytes + p.kv_passes * kv_bytes) / chip.hbm_bytes_per_s
     return np.maximum(compute, traffic_bytes / chip.hbm_bytes_per_s) + extra + p.launch_s
 

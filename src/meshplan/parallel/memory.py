@@ -325,6 +325,11 @@ class InferenceMemory(ByteBreakdown):
     capacity_bytes: float
 
 
+def kv_element_bytes(task, act_bytes: float) -> float:
+    """Bytes of one cached key or value element: Task.kv_cache_dtype's, else the activations'."""
+    return BYTES_PER_ELEMENT[task.kv_cache_dtype] if task.kv_cache_dtype else act_bytes
+
+
 def kv_cache_bytes_per_token(model, tp: int, element_bytes: float) -> float:
     """Bytes one layer caches per token on one device: K and V of the device's key-value heads
     (replicated below one head per device), or with multi-head latent attention the compressed
@@ -396,7 +401,7 @@ def serving_memory(s, params: float, layers: int, windowed: int = 0) -> Inferenc
     cached = (layers - windowed) * context + windowed * min(context, s.model.sliding_window or context)
     return InferenceMemory(
         weights_bytes=params * BYTES_PER_ELEMENT[plan.precision],
-        kv_cache_bytes=batch * cached * kv_cache_bytes_per_token(s.model, plan.tp, act),
+        kv_cache_bytes=batch * cached * kv_cache_bytes_per_token(s.model, plan.tp, kv_element_bytes(task, act)),
         activations_bytes=prefill_working_bytes(s.model, batch * task.prompt_len, plan.tp, act),
         capacity_bytes=s.cluster.device.hbm_bytes,
     )

@@ -19,7 +19,7 @@ from meshplan.network.span import capped_rails
 from meshplan.parallel.dispatch import dispatch_buffers, dispatch_spans
 from meshplan.parallel.forced import forced_collectives
 from meshplan.parallel.memory import (
-    InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, lora_base_bytes, serving_memory,
+    InferenceMemory, MemoryBreakdown, StateBytes, kv_cache_bytes_per_token, kv_element_bytes, lora_base_bytes, serving_memory,
     stage_memory, state_bytes_per_param,
 )
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
@@ -287,7 +287,8 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     else:
         _check_serving(s)
         graph = lower(model, s.task.batch_size // (plan.dp or 1), phase.seq_len, act_bytes, plan.flash_attention,
-                      kv_len=phase.kv_len, logits_per_sequence=1, eager=plan.fusion == "eager", autocast=False)
+                      kv_len=phase.kv_len, logits_per_sequence=1, eager=plan.fusion == "eager", autocast=False,
+                      kv_element_bytes=kv_element_bytes(s.task, act_bytes))
     x_bytes = graph.tokens / cp * model.hidden_size * act_bytes  # one residual-stream tensor
 
     # expert parallelism is carved out of data parallelism, or folded over tp x cp x dp
@@ -314,7 +315,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         if block.name not in kinds:
             kinds[block.name] = _kind(s, block, x_bytes, spans, phase)
     if phase is not None:  # each sequence's cached keys and values, read by every layer (a windowed one's window)
-        per_token = graph.tokens / graph.seq_len * kv_cache_bytes_per_token(model, tp, act_bytes)
+        per_token = graph.tokens / graph.seq_len * kv_cache_bytes_per_token(model, tp, kv_element_bytes(s.task, act_bytes))
         windowed = {block.name for block in graph.blocks if any(op.attention and op.attention.window for op in block.ops)}
         kinds = {name: replace(kind, kv_cache_bytes=per_token * (min(phase.kv_len, model.sliding_window) if name in windowed else phase.kv_len))
                  for name, kind in kinds.items()}

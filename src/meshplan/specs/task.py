@@ -64,6 +64,9 @@ class Task(Spec):
     batch_size: Count = 1
     prompt_len: Count = 2048
     output_len: Count = 256
+    # the KV cache's element: None keeps the activations' 16 bits; fp8 as TensorRT-LLM
+    # (--fp8_kv_cache), vLLM and SGLang (--kv-cache-dtype fp8) store it, a byte a value
+    kv_cache_dtype: Literal["bf16", "fp16", "fp8"] | None = None
 
     @field_validator("host_w_per_node", mode="before")
     @classmethod
@@ -125,4 +128,5 @@ _TASK_FIELD_KINDS = {
     "batch_size": ("inference",),
     "prompt_len": ("inference",),
     "output_len": ("inference",),
+    "kv_cache_dtype": ("inference",),
 }

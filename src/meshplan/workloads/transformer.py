@@ -138,13 +138,14 @@ def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: flo
 
 
 def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_read_width, act_bytes, flash_attention,
-                    kv_heads: int | None = None, window: int | None = None) -> Op:
+                    kv_heads: int | None = None, window: int | None = None, cache_bytes: float | None = None) -> Op:
     """Scores and context of all heads: 2·b·s·kv·a·(d_qk + d_v) flop (4·b·s²·a·d for plain MHA;
     Megatron Eq. 3 counts the full square, no causal halving; a sliding ``window`` narrower than
     the keys counts its keys for each query instead). The op carries its shape (causal, as every
     decoder-only model), from which kernel models time it. Flash kernels read the keys of the
     queries' windows, a decoding step's last ``window``; an unfused kernel computes and masks
-    the whole square."""
+    the whole square. A serving step reads the cached keys and values at ``cache_bytes`` an
+    element (Task.kv_cache_dtype), its own new ones at the activations'."""
     t = float(micro_batch * seq_len)
     a = model.num_attention_heads
     window = window if window is not None and window < kv_len else None
@@ -153,7 +154,8 @@ def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_r
     scores = micro_batch * a * float(seq_len) * kv_len
     q_bytes, o_bytes = t * qk_width * act_bytes, t * v_width * act_bytes
     read = kv_len if window is None or not flash_attention else min(kv_len, seq_len + window - 1)
-    kv_bytes = micro_batch * read * kv_read_width * act_bytes
+    cached = max(0.0, read - seq_len) if cache_bytes is not None else 0.0
+    kv_bytes = micro_batch * kv_read_width * ((read - cached) * act_bytes + cached * (cache_bytes or 0.0))
     if flash_attention:
         # FlashAttention (Dao et al. 2022): reads Q, K, V and writes O once; keeps the softmax
         # log-sum-exp (fp32 per row) instead of the s² probabilities
@@ -171,12 +173,14 @@ def _attention_core(model, micro_batch, seq_len, kv_len, qk_width, v_width, kv_r
     shape = AttentionShape(
         batch=micro_batch, heads=a, kv_heads=kv_heads or a, seq=seq_len, kv=kv_len,
         qk_dim=qk_width / a, v_dim=v_width / a, causal=True, flash=flash_attention, window=window,
+        kv_element_bytes=cache_bytes if cached else None,
     )
     return Op("attention", "attention", "tp", flop=flop, bytes=traffic, saved=extra, attention=shape)
 
 
 def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int,
-                  eager: bool = False, window: int | None = None, fp32_stream: bool = False) -> tuple[Op, ...]:
+                  eager: bool = False, window: int | None = None, fp32_stream: bool = False,
+                  cache_bytes: float | None = None) -> tuple[Op, ...]:
     """Norm, projections, rotary embeddings and attention core; MHA/GQA/MQA or multi-head latent
     attention, over the whole prefix or a sliding ``window``. ``eager``: the norms and rotary
     embeddings run as PyTorch eager runs the reference Llama code (_norm, _rotary);
@@ -214,7 +218,7 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         # training and prefill read the per-head keys and values; decoding reads the cached latent
         kv_read = a * (qk + v) if kv_len == seq_len else latent
         core = _attention_core(model, micro_batch, seq_len, kv_len, a * qk, a * v, kv_read, act_bytes, flash_attention,
-                               window=window)
+                               window=window, cache_bytes=cache_bytes)
         saved = (Saved("q", t * a * qk * act_bytes, "tp"), Saved("kv", t * a * (qk + v) * act_bytes, "tp"))
         ops.append(replace(core, saved=saved + core.saved))
         ops.append(_matmul("proj", t, a * v, h, "k", a * v * h, (Saved("proj_in", t * a * v * act_bytes, "tp"),)))
@@ -226,7 +230,7 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         if model.rotary:
             ops.append(_rotary(t, q_width + kv_width, act_bytes, eager))
         core = _attention_core(model, micro_batch, seq_len, kv_len, q_width, q_width, 2 * kv_width, act_bytes, flash_attention, kv,
-                               window)
+                               window, cache_bytes)
         saved = (
             Saved("q", t * q_width * act_bytes, "tp"),
             Saved("k", t * kv_width * act_bytes, "tp"),
@@ -323,7 +327,7 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
 def decoder_layer(
     model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool,
     kv_len: int | None = None, moe: bool = False, eager: bool = False, autocast: bool = True, windowed: bool = False,
-    fp32_stream: bool = False,
+    fp32_stream: bool = False, cache_bytes: float | None = None,
 ) -> tuple[Op, ...]:
     """The ops of one decoder layer: attention block (through the model's sliding window if
     ``windowed``), then FFN block (MoE if ``moe``).
@@ -333,7 +337,7 @@ def decoder_layer(
     """
     kv_len = kv_len or seq_len
     window = model.sliding_window if windowed else None
-    return (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, window, fp32_stream)
+    return (attention_ops(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, window, fp32_stream, cache_bytes)
             + ffn_ops(model, micro_batch, seq_len, act_bytes, moe, eager, autocast, fp32_stream))
 
 
@@ -356,7 +360,8 @@ def layer_kinds(model: TransformerModel, kv_len: int) -> tuple[tuple[bool, bool,
 
 
 def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, flash_attention: bool, kv_len: int | None = None,
-                 eager: bool = False, mtp: bool = False, autocast: bool = True, fp32_stream: bool = False) -> tuple[Block, ...]:
+                 eager: bool = False, mtp: bool = False, autocast: bool = True, fp32_stream: bool = False,
+                 cache_bytes: float | None = None) -> tuple[Block, ...]:
     """The decoder layer kinds in model order, a block for each run of like layers with its count
     (dense first, then MoE; windowed and global layers apart: layer_kinds); with ``mtp`` the last
     kind counts the multi-token-prediction modules' layers too, which follow the
@@ -367,7 +372,7 @@ def layer_blocks(model: TransformerModel, micro_batch: int, seq_len: int, act_by
     for moe, windowed, layers in layer_kinds(model, kv_len or seq_len):
         if (moe, windowed) not in ops:
             ops[moe, windowed] = decoder_layer(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, moe=moe, eager=eager,
-                                               autocast=autocast, windowed=windowed, fp32_stream=fp32_stream)
+                                               autocast=autocast, windowed=windowed, fp32_stream=fp32_stream, cache_bytes=cache_bytes)
         name = ("moe_layer" if moe else "dense_layer") + ("_windowed" if windowed else "")
         blocks.append(Block(name, ops[moe, windowed], layers))
     if mtp and model.mtp_layers:
@@ -458,7 +463,7 @@ def padded_vocabulary(model: TransformerModel, multiple: int) -> TransformerMode
 
 def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float = 2.0, flash_attention: bool = True,
           kv_len: int | None = None, logits_per_sequence: int | None = None, fused_loss: bool = False, eager: bool = False,
-          autocast: bool = True, fp32_stream: bool = False) -> Graph:
+          autocast: bool = True, fp32_stream: bool = False, kv_element_bytes: float | None = None) -> Graph:
     """The graph of one micro-batch: embedding, the decoder layers by kind, head and loss; of a
     block model (``model.block``), that block's einsums only (block_einsums).
 
@@ -469,7 +474,8 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     ``eager``: norms, rotary embeddings and a composite activation run op by op (_norm, _rotary,
     _activation), the activation ``autocast`` from fp32 weights or not, and with ``fp32_stream``
     (autocast over unsharded fp32 weights) the embedding, the residual stream and the norms in
-    fp32 (_autocast_casts, _residual). Training (every
+    fp32 (_autocast_casts, _residual). Serving reads its KV cache at ``kv_element_bytes`` an element
+    (default the activations'). Training (every
     position's logits) runs the model's multi-token-prediction modules after the decoder (_mtp_ops;
     serving leaves them out).
     """
@@ -508,5 +514,5 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
         1,
     )
     blocks = layer_blocks(model, micro_batch, seq_len, act_bytes, flash_attention, kv_len, eager, mtp=training, autocast=autocast,
-                          fp32_stream=fp32_stream)
+                          fp32_stream=fp32_stream, cache_bytes=kv_element_bytes)
     return Graph(head=head, blocks=blocks, tail=tail, tokens=micro_batch * seq_len, seq_len=seq_len, activation_bytes=act_bytes)
