@@ -120,7 +120,8 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     causal runs 4% above 128's speed, cuDNN's 6% below; FlashAttention-3 paper, Fig. 5), so its
     exponentials are taken to grow with it. The pass takes at least its HBM
     traffic (``traffic_bytes``: Q, K, V, O once; the full score matrices when not flash-fused)
-    over the bandwidth, plus the fitted extra passes over the Q/O and K/V bytes (a serving step's cache at its own element size), plus a launch.
+    over the bandwidth, plus the fitted extra passes over the Q/O and K/V bytes (a serving
+    step's cache at its own element size), plus a launch.
     """
     b, h = shape.batch, shape.heads
     tiles = b * h * np.ceil(shape.seq / block_q)

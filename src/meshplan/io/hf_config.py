@@ -27,8 +27,7 @@ multi-head latent attention. Every layer of Mixtral, Qwen3-MoE and gpt-oss is Mo
 A config's ``sliding_window`` windows every layer (Mistral 7B v0.1, Phi-3), or those its
 ``layer_types`` mark ``sliding_attention``; without ``layer_types``, Gemma 2 and gpt-oss window
 every other layer and Gemma 3 all but each ``sliding_window_pattern``-th (their config classes'
-defaults), and
-Qwen2/Qwen3 only with ``use_sliding_window`` (TransformerModel.sliding_window).
+defaults), and Qwen2/Qwen3 only with ``use_sliding_window`` (TransformerModel.sliding_window).
 
 A llama-style architecture under another ``model_type`` can be imported by loading the JSON,
 setting ``"model_type": "llama"`` and passing the dict.

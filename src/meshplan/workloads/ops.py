@@ -52,7 +52,8 @@ class AttentionShape:
     causal: bool = True
     flash: bool = True
     window: float | None = None  # a causal sliding window: each query sees its last ``window`` keys
-    kv_element_bytes: float | None = None  # a serving step's cached keys and values (Task.kv_cache_dtype); None: the call's
+    # a serving step's cached keys and values, bytes an element (Task.kv_cache_dtype); None: the call's own
+    kv_element_bytes: float | None = None
 
 
 @dataclass(frozen=True)
