@@ -1,5 +1,5 @@
-"""Fused or eager norms and rotary embeddings (Plan.fusion; workloads.transformer._norm and
-_rotary): what each moves, hand-counted, and what it does to a step."""
+"""Fused or eager norms and rotary embeddings (Plan.fusion; workloads.elementwise.norm_op and
+rotary_op): what each moves, hand-counted, and what it does to a step."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from meshplan import api, catalog
 from meshplan.costs.compute import Roofline
 from meshplan.errors import MeshplanError
 from meshplan.io.validation_cases import validate
-from meshplan.workloads.transformer import cross_entropy_op
+from meshplan.workloads.elementwise import cross_entropy_op
 from meshplan.workloads.ops import AttentionShape
 
 LONG = AttentionShape(batch=1, heads=32, kv_heads=32, seq=16384, kv=16384, qk_dim=128, v_dim=128, causal=True)

@@ -206,7 +206,7 @@ def test_runs_measured_after_the_model_was_set_within_5_percent(h200_runs):
 
 
 def test_hugging_face_gpt2_pays_for_its_eager_gelu_new(h100_runs, h200_runs):
-    """Hugging Face's GPT-2 runs its gelu_new op by op (workloads.transformer._activation, nothing
+    """Hugging Face's GPT-2 runs its gelu_new op by op (workloads.elementwise.activation_op, nothing
     fitted): the padded GPT-2 ran 28.9 ms longer than the same model with PyTorch's exact GELU and
     no dropout on the H200, the model's gelu_new says 26.5 (dropout 0.1 is not modelled, which
     leaves the runs 2-7% fast). Before, a gelu FFN's one kernel left them 29-37% fast."""

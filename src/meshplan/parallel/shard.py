@@ -100,7 +100,7 @@ AUTOCAST_WEIGHT_BYTES = 6.0
 def with_autocast_weights(ops: tuple[ShardedOp, ...], cast_frozen: bool, tp: int, ep: int = 1,
                           expert_tp: int | None = None) -> tuple[ShardedOp, ...]:
     """``ops`` under autocast over fp32 weights (the residual stream kept fp32, workloads.
-    transformer._autocast_casts): each GEMM casts its weight to 16 bits in every forward
+    elementwise.autocast_casts_op): each GEMM casts its weight to 16 bits in every forward
     (autocast caches a cast for one forward only; a recomputed forward casts again) and the
     weight's 16-bit gradient back to fp32 in its backward, a memory-bound kernel each like an
     FP8 cast (ShardedOp.cast_bytes); tests/test_fusion.py counts 6 and 6 bytes a weight with

@@ -99,7 +99,7 @@ class TransformerModel(Spec):
     # the FFN's activation as the model's own code computes it (ACTIVATION_FFN_TYPES); None: one
     # kernel of the ffn_type's function. It matters where that code runs eager (fusion: eager):
     # gelu_new is then its eight tensor ops, under autocast two casts besides
-    # (workloads.transformer._activation)
+    # (workloads.elementwise.activation_op)
     activation_function: ActivationFunction | None = None
     vocab_size: Count
     tied_embeddings: bool = False

@@ -103,11 +103,11 @@ class Plan(Spec):
     # FlashAttention and its Triton port
     attention_kernel: AttentionGeneration | None = None
     # the cross-entropy as one fused kernel over the 16-bit logits (flash-attn's xentropy,
-    # Megatron-Core's cross-entropy fusion), or PyTorch's fp32 passes (workloads.transformer.cross_entropy_op)
+    # Megatron-Core's cross-entropy fusion), or PyTorch's fp32 passes (workloads.elementwise.cross_entropy_op)
     fused_loss: bool = False
     # the norms and rotary embeddings: "fused" kernels (Transformer Engine, Apex, Megatron's fused
     # kernels, torch.compile), or "eager", op by op as PyTorch runs the reference Llama code
-    # without torch.compile (workloads.transformer._norm and _rotary say what each moves)
+    # without torch.compile (workloads.elementwise.norm_op and rotary_op say what each moves)
     fusion: Literal["fused", "eager"] = "fused"
     # 16-bit GEMMs under PyTorch's autocast over fp32 weights (Hugging Face Trainer's bf16=True,
     # Lightning's bf16-mixed, Composer's amp_bf16), not 16-bit weights beside an fp32 master

@@ -13,106 +13,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from meshplan.specs.model import TransformerModel
+from meshplan.workloads.elementwise import (
+    MASK_BYTES, OPMATH_BYTES, activation_op, autocast_casts_op, cross_entropy_op, norm_op, residual_op, rotary_op, standalone_casts,
+)
 from meshplan.workloads.ops import AttentionShape, Block, Graph, Op, Saved
-
-MASK_BYTES = 1.0  # dropout masks are stored as bytes (Korthikanti et al. 2022, Sec. 4.1)
-OPMATH_BYTES = 4.0  # PyTorch computes 16-bit elementwise math in fp32 (at::opmath_type)
-#: what the host issues for an eager RMSNorm (8 kernels: float, pow, mean, add, rsqrt, mul,
-#: type_as, the weight's mul) and eager rotary embeddings (6: float, the complex mul and type_as,
-#: for the queries and for the keys), in the lowered ops the host's dispatch is fitted per
-#: (specs.kernels.HostDispatch): the harness's layer (calibrate.kernels.layer_row) runs 15 kernels
-#: over its 10 lowered ops, 1.5 an op (Op.launches)
-EAGER_RMSNORM_LAUNCHES = round(8 / 1.5)
-EAGER_ROTARY_LAUNCHES = round(6 / 1.5)
-#: and for an eager gelu_new: its eight ops, and under autocast the cast up and down besides (_activation)
-EAGER_GELU_NEW_LAUNCHES = round(8 / 1.5)
-EAGER_AUTOCAST_GELU_NEW_LAUNCHES = round(10 / 1.5)
-
-
-def _norm(name: str, tokens: float, width: float, act_bytes: float, model: TransformerModel, eager: bool, shard: str = "sp",
-          keep: bool = True) -> Op:
-    """A norm over ``tokens`` rows of ``width``. Fused (Transformer Engine, Apex, Megatron's
-    kernels, torch.compile; PyTorch's own LayerNorm kernel): one pass reading the input and
-    writing the output, keeping the input. An RMSNorm that runs eager as the reference Llama code
-    writes it (Meta's llama and torchtitan's RMSNorm, Hugging Face's LlamaRMSNorm, PyTorch's
-    composite rms_norm before its fused kernel) is eight kernels in fp32 opmath, six of them over
-    the whole tensor (the epsilon's add and the rsqrt touch a value per row): the cast up, the
-    square, the mean, the scaling, the cast down and the weight, moving 28 + 4a bytes per value
-    of a-byte activations (36 in bf16); autograd's backward through them moves 76 + 8a (92):
-    the weight's two products and reduction (6a), the two casts back (2a + 8), the scaling's two
-    products and reduction (24), the mean's expansion (4), the square's three passes (28) and the
-    sum of the input's two gradients (12). It keeps the fp32 input and the cast-down output.
-    ``keep``: the norm keeps what its backward reads (the latent norms of multi-head latent
-    attention are counted with the projections they feed)."""
-    a, values = act_bytes, tokens * width
-    params = (2.0 if model.norm == "layernorm" else 1.0) * width
-    if not (eager and model.norm == "rmsnorm"):
-        saved = (Saved(f"{name}_in", a * values, shard),) if keep else ()
-        return Op(name, "elementwise", shard, flop=5.0 * values, bytes=2.0 * a * values, params=params, saved=saved, memory_class="norm")
-    casts = a != OPMATH_BYTES  # fp32 activations need no casts
-    forward = 28.0 + (4.0 * a if casts else 0.0)
-    backward = 76.0 + (8.0 * a if casts else 4.0 * a)
-    saved = (Saved(f"{name}_in", (OPMATH_BYTES + a) * values, shard),) if keep else ()
-    return Op(name, "elementwise", shard, flop=5.0 * values, bytes=forward * values, params=params, saved=saved,
-              memory_class="copy", backward_scale=backward / forward, launches=EAGER_RMSNORM_LAUNCHES)
-
-
-#: HBM bytes per value of casting an fp32 tensor to 16 bits, and its gradient back (4 + 2)
-AUTOCAST_CAST_BYTES = 6.0
-#: what summing a second gradient into an fp32 tensor's moves over a 16-bit one's (12 - 6)
-FP32_GRAD_ADD_EXTRA_BYTES = 6.0
-
-
-def _autocast_casts(name: str, tokens: float, width: float, consumers: int) -> Op:
-    """Under autocast over fp32 weights (``fp32_stream``: Hugging Face Trainer's bf16=True
-    without FSDP or ZeRO, Lightning's bf16-mixed) the residual stream and the norms stay fp32,
-    and each linear that reads a norm's output casts it to 16 bits itself: ``consumers`` casts of
-    4 + 2 bytes a value (autocast caches only leaf tensors' casts, the weights'), each cast back
-    in the backward (2 + 4), and the fp32 gradients of the consumers summed, 6 bytes more a value
-    for each after the first than 16-bit ones. Each linear keeps its own 16-bit copy for its
-    weight gradient: consumers - 1 more than one input. The host issues them within the linears'
-    calls (no dispatch of their own: Op.launches 0). tests/test_fusion.py counts a Llama and a
-    GPT-2 layer with PyTorch's dispatcher."""
-    values = tokens * width
-    forward = AUTOCAST_CAST_BYTES * consumers
-    backward = AUTOCAST_CAST_BYTES * consumers + FP32_GRAD_ADD_EXTRA_BYTES * (consumers - 1)
-    saved = (Saved(f"{name}_copies", 2.0 * (consumers - 1) * values, "sp"),) if consumers > 1 else ()
-    return Op(name, "elementwise", "sp", bytes=forward * values, backward_scale=backward / forward, saved=saved, launches=0)
-
-
-def _residual(name: str, tokens: float, width: float, act_bytes: float, fp32_stream: bool) -> Op:
-    """The residual add (and its dropout's mask, Megatron's layout). In an fp32 stream the add
-    reads the fp32 stream and the block's 16-bit output and writes fp32 (4 more bytes a value
-    forward), and its backward casts the gradient down for the block (4 + 2) and sums the
-    stream's two fp32 gradients (6 more than 16-bit ones): 12 more."""
-    x, mask = tokens * width * act_bytes, tokens * width * MASK_BYTES
-    forward, backward = 3.0 * x + mask, 2.0 * (3.0 * x + mask)
-    if fp32_stream:
-        forward += 4.0 * tokens * width
-        backward += (AUTOCAST_CAST_BYTES + FP32_GRAD_ADD_EXTRA_BYTES) * tokens * width
-    return Op(name, "elementwise", "sp", flop=2.0 * tokens * width, bytes=forward, backward_scale=backward / forward,
-              saved=(Saved(f"dropout_mask_{name.removeprefix('residual_')}", mask, "sp"),))
-
-
-def _standalone_casts(ops: tuple[Op, ...]) -> tuple[Op, ...]:
-    """Eager ops write 16-bit outputs: nothing quantizes a low-precision GEMM's input or output
-    gradient as it writes it (parallel.quantize: a standalone cast)."""
-    return tuple(replace(op, input_fused=False, grad_fused=False) if op.kind == "matmul" else op for op in ops)
-
-
-def _rotary(tokens: float, width: float, act_bytes: float, eager: bool) -> Op:
-    """Rotary position embeddings (Su et al. 2021) on ``width`` query and key columns. Fused
-    (Transformer Engine's fused_apply_rotary_pos_emb, Megatron-Core's apply_rope_fusion,
-    torch.compile): one pass reading and writing them, forward and backward alike. Eager as
-    Meta's llama and torchtitan write it: the cast to fp32, the complex product and the cast
-    back, 16 + 2a bytes per value of a-byte activations both ways (Hugging Face's rotate_half
-    form, in 16 bits, dispatches 20 forward and 28 backward: about as much). Nothing large is
-    kept: the angles need no gradient. tests/test_fusion.py counts both as PyTorch dispatches
-    them."""
-    per_value = 2.0 * act_bytes if not eager else 16.0 + 2.0 * act_bytes
-    return Op("rotary", "elementwise", "tp", flop=6.0 * tokens * width, bytes=per_value * tokens * width, backward_scale=1.0,
-              launches=EAGER_ROTARY_LAUNCHES if eager else 1)
-
 
 def _matmul(name: str, m: float, k: float, n: float, shard_dim: str, params: float, saved: tuple[Saved, ...], expert: bool = False,
             low_precision: bool = True, input_fused: bool = False, grad_fused: bool = False) -> Op:
@@ -183,24 +87,24 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
                   cache_bytes: float | None = None) -> tuple[Op, ...]:
     """Norm, projections, rotary embeddings and attention core; MHA/GQA/MQA or multi-head latent
     attention, over the whole prefix or a sliding ``window``. ``eager``: the norms and rotary
-    embeddings run as PyTorch eager runs the reference Llama code (_norm, _rotary);
+    embeddings run as PyTorch eager runs the reference Llama code (norm_op, rotary_op);
     ``fp32_stream``: the residual stream and the norm are fp32 under autocast, and the
-    projections cast its output (_autocast_casts: Hugging Face's q, k and v projections each,
+    projections cast its output (autocast_casts_op: Hugging Face's q, k and v projections each,
     GPT-2's fused c_attn once; latent attention's query and latent projections)."""
     t = float(micro_batch * seq_len)
     h = float(model.hidden_size)
     a = model.num_attention_heads
     x = t * h * act_bytes
-    ops = [_norm("norm_attn", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager)]
+    ops = [norm_op("norm_attn", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager)]
     if fp32_stream:
-        ops.append(_autocast_casts("norm_attn_casts", t, h, 2 if model.mla else 3 if model.rotary else 1))
+        ops.append(autocast_casts_op("norm_attn_casts", t, h, 2 if model.mla else 3 if model.rotary else 1))
     if model.mla:
         m = model.mla
         qk, v = m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim
         if m.q_lora_rank:
             ops += [
                 _matmul("q_down", t, h, m.q_lora_rank, "", h * m.q_lora_rank, (Saved("q_down_in", x, "sp"),), input_fused=True),
-                _norm("q_norm", t, m.q_lora_rank, act_bytes, model, eager, shard="none", keep=False),
+                norm_op("q_norm", t, m.q_lora_rank, act_bytes, model, eager, shard="none", keep=False),
                 _matmul("q_up", t, m.q_lora_rank, a * qk, "n", m.q_lora_rank * a * qk, (Saved("q_up_in", t * m.q_lora_rank * act_bytes, "none"),),
                         input_fused=True),
             ]
@@ -209,12 +113,12 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         latent = m.kv_lora_rank + m.qk_rope_head_dim
         ops += [
             _matmul("kv_down", t, h, latent, "", h * latent, (Saved("kv_down_in", x, "sp"),), input_fused=True),
-            _norm("kv_norm", t, m.kv_lora_rank, act_bytes, model, eager, shard="none", keep=False),
+            norm_op("kv_norm", t, m.kv_lora_rank, act_bytes, model, eager, shard="none", keep=False),
             _matmul("kv_up", t, m.kv_lora_rank, a * (m.qk_nope_head_dim + v), "n", m.kv_lora_rank * a * (m.qk_nope_head_dim + v),
                     (Saved("kv_up_in", t * m.kv_lora_rank * act_bytes, "none"),), input_fused=True),
         ]
         if model.rotary:  # the decoupled rotary part of each query head and the one shared key
-            ops.append(_rotary(t, (a + 1) * m.qk_rope_head_dim, act_bytes, eager))
+            ops.append(rotary_op(t, (a + 1) * m.qk_rope_head_dim, act_bytes, eager))
         # training and prefill read the per-head keys and values; decoding reads the cached latent
         kv_read = a * (qk + v) if kv_len == seq_len else latent
         core = _attention_core(model, micro_batch, seq_len, kv_len, a * qk, a * v, kv_read, act_bytes, flash_attention,
@@ -228,7 +132,7 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         ops.append(_matmul("qkv", t, h, q_width + 2 * kv_width, "n", h * (q_width + 2 * kv_width) + q_width + 2 * kv_width, (Saved("qkv_in", x, "sp"),),
                            input_fused=True))
         if model.rotary:
-            ops.append(_rotary(t, q_width + kv_width, act_bytes, eager))
+            ops.append(rotary_op(t, q_width + kv_width, act_bytes, eager))
         core = _attention_core(model, micro_batch, seq_len, kv_len, q_width, q_width, 2 * kv_width, act_bytes, flash_attention, kv,
                                window, cache_bytes)
         saved = (
@@ -238,36 +142,8 @@ def attention_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_b
         )
         ops.append(replace(core, saved=saved + core.saved))
         ops.append(_matmul("proj", t, q_width, h, "k", q_width * h + h, (Saved("proj_in", t * q_width * act_bytes, "tp"),)))
-    ops.append(_residual("residual_attn", t, h, act_bytes, fp32_stream))
-    return _standalone_casts(tuple(ops)) if eager else tuple(ops)
-
-
-def _activation(model: TransformerModel, prefix: str, tokens: float, f: float, act_bytes: float, eager: bool,
-                autocast: bool = True) -> Op:
-    """The FFN's activation over ``tokens`` rows of ``f``. One kernel (a library's, or fused with
-    its neighbours): it reads the up projection's output (both halves of a gated FFN) and writes
-    f values, keeping its input. Hugging Face's gelu_new run eager is GPT-2's tanh approximation
-    op by op, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))) (transformers NewGELUActivation): eight
-    kernels of a-byte values moving 18a bytes a value forward, 28a backward (the products' two
-    sides, tanh's backward, pow's three kernels, the sums of x's three gradients), keeping x,
-    tanh's output, 1 + tanh and 0.5·x (4a). Under ``autocast`` over 16-bit activations (fp32
-    weights, Trainer's bf16=True) the pow runs in fp32 (CUDA autocast's fp32 list), so its input
-    is cast up and every op after it writes fp32, and the down projection casts the result back:
-    ten kernels moving 6a + 64 bytes (76 in bf16), 13a + 92 backward (118) with the casts'
-    gradients, keeping 12 + a (tests/test_fusion.py counts each as PyTorch dispatches them)."""
-    a, values = act_bytes, tokens * f
-    up_width = (model.ffn_matrices - 1) * f
-    if not (eager and model.activation_function == "gelu_new"):
-        return Op(f"{prefix}_activation", "elementwise", "tp", flop=8.0 * values, bytes=(up_width + f) * tokens * a,
-                  saved=(Saved(f"{prefix}_activation_in", up_width * tokens * a, "tp"),),
-                  memory_class="gated_activation" if model.ffn_matrices == 3 else "activation")
-    if autocast and a != OPMATH_BYTES:
-        forward, backward, kept, launches = 6.0 * a + 64.0, 13.0 * a + 92.0, 3.0 * OPMATH_BYTES + a, EAGER_AUTOCAST_GELU_NEW_LAUNCHES
-    else:
-        forward, backward, kept, launches = 18.0 * a, 28.0 * a, 4.0 * a, EAGER_GELU_NEW_LAUNCHES
-    return Op(f"{prefix}_activation", "elementwise", "tp", flop=8.0 * values, bytes=forward * values,
-              saved=(Saved(f"{prefix}_activation_in", kept * values, "tp"),), memory_class="copy",
-              backward_scale=backward / forward, launches=launches)
+    ops.append(residual_op("residual_attn", t, h, act_bytes, fp32_stream))
+    return standalone_casts(tuple(ops)) if eager else tuple(ops)
 
 
 def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_bytes: float, experts: int = 0,
@@ -282,7 +158,7 @@ def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_
     return (
         _matmul(f"{prefix}_up", tokens, h, up_width, "n", copies * (h * up_width + up_width), (Saved(f"{prefix}_up_in", x, "sp"),), experts > 0,
                 input_fused=experts == 0, grad_fused=True),
-        _activation(model, prefix, tokens, f, act_bytes, eager, autocast),
+        activation_op(model, prefix, tokens, f, act_bytes, eager, autocast),
         _matmul(f"{prefix}_down", tokens, f, h, "k", copies * (f * h + h), (Saved(f"{prefix}_down_in", tokens * f * act_bytes, "tp"),), experts > 0,
                 input_fused=True),
     )
@@ -291,19 +167,19 @@ def _ffn_ops(model: TransformerModel, prefix: str, tokens: float, ffn: int, act_
 def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: float, moe: bool, eager: bool = False,
             autocast: bool = True, fp32_stream: bool = False) -> tuple[Op, ...]:
     """Norm, the FFN (dense, or router + routed and shared experts), residual. ``autocast``: 16-bit
-    activations from fp32 weights under autocast (_activation); ``fp32_stream``: the residual
+    activations from fp32 weights under autocast (activation_op); ``fp32_stream``: the residual
     stream and the norm stay fp32 there, and the FFN's input projections cast the norm's output
     (a gated FFN's gate and up projections each; an MoE layer's router, and its experts' input
     projections each routed copy, as Hugging Face's experts read the tokens routed to them)."""
     t = float(micro_batch * seq_len)
     h = float(model.hidden_size)
     x = t * h * act_bytes
-    ops = [_norm("norm_mlp", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager)]
+    ops = [norm_op("norm_mlp", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager)]
     if fp32_stream:
         gated = model.ffn_matrices == 3
         projections = 2 if gated else 1
         consumers = 1 + round(model.moe.top_k * model.moe.routed_factor) * projections if moe else projections
-        ops.append(_autocast_casts("norm_mlp_casts", t, h, consumers))
+        ops.append(autocast_casts_op("norm_mlp_casts", t, h, consumers))
     if not moe:
         ops += _ffn_ops(model, "mlp", t, model.ffn_hidden_size, act_bytes, eager=eager, autocast=autocast)
     else:
@@ -320,8 +196,8 @@ def ffn_ops(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: 
         ]
         if m.shared_experts:
             ops += _ffn_ops(model, "shared", t, m.shared_experts * m.expert_ffn_hidden_size, act_bytes, eager=eager, autocast=autocast)
-    ops.append(_residual("residual_mlp", t, h, act_bytes, fp32_stream))
-    return _standalone_casts(tuple(ops)) if eager else tuple(ops)
+    ops.append(residual_op("residual_mlp", t, h, act_bytes, fp32_stream))
+    return standalone_casts(tuple(ops)) if eager else tuple(ops)
 
 
 def decoder_layer(
@@ -407,29 +283,6 @@ def block_einsums(name: str, ops: tuple[Op, ...]) -> tuple[Block, ...]:
     )
 
 
-#: bytes per logit that PyTorch's cross-entropy backward writes beside the fp32 log-softmax it
-#: kept: the fp32 gradient of the logits and, under autocast, its 16-bit cast (4 + 2). Hugging
-#: Face runs peaked 7.1-10.6 GiB above the resident count without it at 8192 tokens of a
-#: 128K-152K vocabulary, 7.3-8.6 bytes a logit (tests/data/h100-sxm-single-gpu)
-EAGER_LOSS_GRAD_BYTES = 6.0
-
-
-def cross_entropy_op(tokens: float, vocab: float, act_bytes: float, fused: bool, eager: bool = False) -> Op:
-    """The loss over the vocabulary shard. Unfused (PyTorch's cross_entropy under autocast): the
-    logits cast to fp32 and kept, log-softmax written and read, three fp32 passes over the logits
-    (Korthikanti: 4·s·b·v/t bytes kept), at softmax's bandwidth; ``eager`` (the model's own code
-    calls F.cross_entropy), its backward's gradients held beside them (EAGER_LOSS_GRAD_BYTES).
-    Fused (flash-attn's xentropy kernel, llm-foundry's default loss; Megatron-Core's
-    cross-entropy fusion): one pass reading the 16-bit logits, which are what it keeps, and a
-    backward that reads them and writes their gradient, streaming as a copy."""
-    if fused:
-        return Op("cross_entropy", "elementwise", "tp", flop=5.0 * tokens * vocab, bytes=tokens * vocab * act_bytes,
-                  saved=(Saved("logits", act_bytes * tokens * vocab, "tp"),), memory_class="copy")
-    transient = (Saved("logits_grad", EAGER_LOSS_GRAD_BYTES * tokens * vocab, "tp"),) if eager else ()
-    return Op("cross_entropy", "elementwise", "tp", flop=5.0 * tokens * vocab, bytes=3.0 * tokens * vocab * 4.0,
-              saved=(Saved("logits_fp32", 4.0 * tokens * vocab, "tp"),), transient=transient, memory_class="softmax")
-
-
 def _mtp_ops(model: TransformerModel, depth: int, tokens: float, act_bytes: float, fused_loss: bool, eager: bool) -> tuple[Op, ...]:
     """A multi-token-prediction module's ops besides its decoder layer (layer_blocks counts that):
     the next tokens' embeddings (the shared table, which the last pipeline stage holds a copy of,
@@ -442,10 +295,10 @@ def _mtp_ops(model: TransformerModel, depth: int, tokens: float, act_bytes: floa
     name = f"mtp{depth}"
     return (
         Op(f"{name}_embedding", "lookup", "tp", bytes=2.0 * x, params=0.0 if model.tied_embeddings else v * h),
-        _norm(f"{name}_norm_embedding", tokens, h, act_bytes, model, eager),
-        _norm(f"{name}_norm_hidden", tokens, h, act_bytes, model, eager),
+        norm_op(f"{name}_norm_embedding", tokens, h, act_bytes, model, eager),
+        norm_op(f"{name}_norm_hidden", tokens, h, act_bytes, model, eager),
         _matmul(f"{name}_proj", tokens, 2.0 * h, h, "n", 2.0 * h * h, (Saved(f"{name}_proj_in", 2.0 * x, "sp"),)),
-        _norm(f"{name}_norm_final", tokens, h, act_bytes, model, eager),
+        norm_op(f"{name}_norm_final", tokens, h, act_bytes, model, eager),
         _matmul(f"{name}_logits", tokens, h, v, "n", 0.0, (Saved(f"{name}_logits_in", x, "sp"),), low_precision=False),
         replace(cross_entropy_op(tokens, v, act_bytes, fused_loss, eager), name=f"{name}_cross_entropy"),
     )
@@ -471,13 +324,13 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     ``kv_len`` keys (layer_blocks), and only the last ``logits_per_sequence`` positions of each
     sequence go through the final norm, logits and sampling (default: every position, as in
     training). ``fused_loss``: the cross-entropy is one fused kernel (cross_entropy_op);
-    ``eager``: norms, rotary embeddings and a composite activation run op by op (_norm, _rotary,
-    _activation), the activation ``autocast`` from fp32 weights or not, and with ``fp32_stream``
-    (autocast over unsharded fp32 weights) the embedding, the residual stream and the norms in
-    fp32 (_autocast_casts, _residual). Serving reads its KV cache at ``kv_element_bytes`` an element
-    (default the activations'). Training (every
-    position's logits) runs the model's multi-token-prediction modules after the decoder (_mtp_ops;
-    serving leaves them out).
+    ``eager``: norms, rotary embeddings and a composite activation run op by op (norm_op,
+    rotary_op, activation_op), the activation ``autocast`` from fp32 weights or not, and with
+    ``fp32_stream`` (autocast over unsharded fp32 weights) the embedding, the residual stream and
+    the norms in fp32 (autocast_casts_op, residual_op). Serving reads its KV cache at
+    ``kv_element_bytes`` an element (default the activations'). Training (every position's
+    logits) runs the model's multi-token-prediction modules after the decoder (_mtp_ops; serving
+    leaves them out).
     """
     if model.block != "layer":  # one block, no embedding, output layer or loss
         kv = kv_len or seq_len
@@ -505,8 +358,8 @@ def lower(model: TransformerModel, micro_batch: int, seq_len: int, act_bytes: fl
     tail = Block(
         "head",
         (
-            _norm("norm_final", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager),
-            *((_autocast_casts("norm_final_casts", t, h, 1),) if fp32_stream else ()),
+            norm_op("norm_final", t, h, OPMATH_BYTES if fp32_stream else act_bytes, model, eager),
+            *((autocast_casts_op("norm_final_casts", t, h, 1),) if fp32_stream else ()),
             _matmul("logits", t, h, v, "n", 0.0 if model.tied_embeddings else v * h, (Saved("logits_in", x, "sp"),), low_precision=False),
             cross_entropy_op(t, v, act_bytes, fused_loss, eager),
             *(op for depth in range(model.mtp_layers if training else 0) for op in _mtp_ops(model, depth, t, act_bytes, fused_loss, eager)),
