@@ -128,3 +128,13 @@ def test_an_attention_block_attends_through_its_window():
     (core,) = [op for b in graph.blocks for op in b.ops if op.kind == "attention"]
     assert core.attention.window == 4096
     assert core.flop == 2.0 * 32768 * 4096 * 2 * 4096
+
+
+def test_the_catalog_mistral_windows_every_layer():
+    mistral = catalog.model("mistral-7b")
+    assert mistral.num_params == pytest.approx(7_241_732_096, rel=1e-3)  # mistralai/Mistral-7B-v0.1's safetensors
+    assert (mistral.sliding_window, mistral.windowed_layers) == (4096, 32)
+    plan = dict(tp=8, num_devices=8, global_batch_size=8, micro_batch_size=1)
+    windowed = meshplan.estimate("mistral-7b", "dgx-h100", **plan)  # its 8192-token context
+    full = meshplan.estimate({**mistral.model_dump(), "sliding_window": None}, "dgx-h100", **plan)
+    assert windowed.serialized_by_op_s["attention"] < 0.8 * full.serialized_by_op_s["attention"]
