@@ -137,4 +137,6 @@ def test_the_catalog_mistral_windows_every_layer():
     plan = dict(tp=8, num_devices=8, global_batch_size=8, micro_batch_size=1)
     windowed = meshplan.estimate("mistral-7b", "dgx-h100", **plan)  # its 8192-token context
     full = meshplan.estimate({**mistral.model_dump(), "sliding_window": None}, "dgx-h100", **plan)
-    assert windowed.serialized_by_op_s["attention"] < 0.8 * full.serialized_by_op_s["attention"]
+    # at 8192 tokens the window leaves a query block 0.76 of the causal keys; the kernels' launches
+    # and K/V passes stay
+    assert windowed.serialized_by_op_s["attention"] < 0.9 * full.serialized_by_op_s["attention"]
