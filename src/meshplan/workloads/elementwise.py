@@ -26,7 +26,7 @@ EAGER_AUTOCAST_GELU_NEW_LAUNCHES = round(10 / 1.5)
 
 
 def norm_op(name: str, tokens: float, width: float, act_bytes: float, model: TransformerModel, eager: bool, shard: str = "sp",
-          keep: bool = True) -> Op:
+            keep: bool = True) -> Op:
     """A norm over ``tokens`` rows of ``width``. Fused (Transformer Engine, Apex, Megatron's
     kernels, torch.compile; PyTorch's own LayerNorm kernel): one pass reading the input and
     writing the output, keeping the input. An RMSNorm that runs eager as the reference Llama code
@@ -111,7 +111,7 @@ def rotary_op(tokens: float, width: float, act_bytes: float, eager: bool) -> Op:
 
 
 def activation_op(model: TransformerModel, prefix: str, tokens: float, f: float, act_bytes: float, eager: bool,
-                autocast: bool = True) -> Op:
+                  autocast: bool = True) -> Op:
     """The FFN's activation over ``tokens`` rows of ``f``. One kernel (a library's, or fused with
     its neighbours): it reads the up projection's output (both halves of a gated FFN) and writes
     f values, keeping its input. Hugging Face's gelu_new run eager is GPT-2's tanh approximation
