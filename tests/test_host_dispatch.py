@@ -1,4 +1,4 @@
-"""The host's dispatch floor (specs.kernels.HostDispatch, costs.costed.host_bound): a training
+"""The host's dispatch floor (specs.kernels.HostDispatch, costs.host.host_bound): a training
 layer takes no less than its ops take to issue, as the smallest measured H100 decoder layers show
 (tests/data/h100-sxm/layer.csv: llama3-8b at tp 8 and 2048 tokens takes 0.546 ms forward and
 1.921 ms backward where its kernels take 0.375 and 0.763 ms)."""
@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from meshplan import api, catalog
 from meshplan.calibrate.fit_kernels import dense_layer_ops, fit_host, read_columns
 from meshplan.costs import costed
-from meshplan.costs.costed import Issue, OpTimes, host_bound, issue_bound_s
+from meshplan.costs.costed import OpTimes
+from meshplan.costs.host import Issue, host_bound, issue_bound_s
 from meshplan.specs.kernels import HostDispatch
 from test_kernels_h100 import layer_times_s, rows
 

@@ -19,7 +19,8 @@ import pytest
 
 from meshplan import catalog
 from meshplan.costs.compute import Roofline
-from meshplan.costs.costed import host_bound, op_times
+from meshplan.costs.costed import op_times
+from meshplan.costs.host import host_bound
 from meshplan.costs.kernels import Chip, attention_s, gemm_s, memory_op_s
 from meshplan.errors import MeshplanError
 from meshplan.parallel.shard import shard_op

@@ -267,7 +267,7 @@ def test_hugging_face_generate_waits_for_the_host_a_kernel_at_a_time():
     """Llama 3.1 8B's `model.generate` on the lent H100 (eager, greedy, dynamic cache, 512-token
     prompts, 128 new tokens): 4.31 s at batch 1, 4.51 s at 16, 42 and 251 ms of prefill. Its
     decode issues each kernel from Python, so the host's dispatch sets the pace, as in eager
-    training (costs.costed.host_bound); a serving engine's CUDA graphs do not wait for it.
+    training (costs.host.host_bound); a serving engine's CUDA graphs do not wait for it.
     Within 20% (the host's dispatch is fitted on training forwards, which record autograd);
     before, 1.0 s and 1.2 s, an engine's time."""
     runs = {r["id"]: r for r in json.loads((H100_CASES.parent / "single_gpu_runs.json").read_text())["runs"]}

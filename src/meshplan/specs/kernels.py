@@ -144,7 +144,7 @@ class HostDispatch(Spec):
     """What the host takes to issue one lowered op of a decoder layer (its kernels, through eager
     PyTorch and autograd), forward and backward. The GPU runs no faster than the host issues its
     work: a layer whose kernels take less than its ops' dispatch waits for the host
-    (costs.costed.host_bound). Fitted as the least time any measured layer took, forward and
+    (costs.host.host_bound). Fitted as the least time any measured layer took, forward and
     backward, over the ops meshplan lowers that layer to (calibrate.fit_kernels.fit_host)."""
 
     forward_s: Seconds

@@ -141,11 +141,11 @@ class Plan(Spec):
     # how a device's local experts run their GEMMs: one grouped kernel for all of them
     # (torch._grouped_mm, CUTLASS or cuBLASLt grouped GEMM), or one GEMM per local expert, as
     # Transformer Engine's GroupedLinear issues them over several streams; each is a dispatch the
-    # host pays (meshplan.costs.costed.host_bound)
+    # host pays (meshplan.costs.host.host_bound)
     expert_gemms: Literal["grouped", "per_expert"] = "grouped"
     # a dropless dispatcher copies the token counts to the host and waits for them in every MoE
     # layer's forward (the all-to-all's split sizes, the grouped GEMM's): the host cannot run
-    # ahead of the GPU past it (meshplan.costs.costed.host_bound)
+    # ahead of the GPU past it (meshplan.costs.host.host_bound)
     moe_host_sync: bool = False
     # "full": the whole training iteration captured in CUDA graphs and replayed (Megatron-Core
     # --cuda-graph-impl full_iteration with paged stashing and device-initiated grouped GEMMs):

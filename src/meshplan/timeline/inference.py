@@ -11,7 +11,7 @@ values. Attention cost is linear in the context length, so the decode step at th
 (prompt + output/2) gives the mean time per output token. A token passes the pipeline stages one
 after another, so their pass times add, with one activation send between neighbouring chunks.
 A serving engine issues each step as CUDA graphs; an eager plan (Hugging Face generate) issues
-kernel by kernel and waits for the host as eager training does (costs.costed.host_bound).
+kernel by kernel and waits for the host as eager training does (costs.host.host_bound).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class PhaseTime:
     arithmetic_intensity: float = 0.0  # flop per byte of HBM traffic
     ridge: float = 0.0  # the device's flop per byte at which compute and bandwidth balance
     # of time_s, the GPU's waits for the host to issue the decoder layers' kernels (an eager
-    # plan's; costs.costed.host_bound): more than half of the pass, and the host sets its pace
+    # plan's; costs.host.host_bound): more than half of the pass, and the host sets its pace
     host_wait_s: float = 0.0
 
     @property

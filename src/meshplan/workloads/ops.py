@@ -89,7 +89,7 @@ class Op:
     # own count: a rotary embedding's backward moves what its forward does)
     backward_scale: float = 2.0
     # what the host takes to issue it, each way, in lowered ops' dispatches (an eager composite
-    # op: several; one issued within another op's call: 0; costs.costed.host_bound holds the GPU
+    # op: several; one issued within another op's call: 0; costs.host.host_bound holds the GPU
     # to them)
     launches: int = 1
     # a GEMM that FP8/FP4 training runs in low precision, keeping its saved input quantized:
