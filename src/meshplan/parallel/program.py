@@ -24,6 +24,7 @@ from meshplan.parallel.memory import (
 )
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
 from meshplan.parallel.recompute import layer_recompute
+from meshplan.parallel.roles import stage_roles
 from meshplan.parallel.shard import (ShardedOp, param_share, saved_bytes, shard_op, with_autocast_weights, with_dequantized_base,
                                      with_grad_accumulation)
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
@@ -203,52 +204,6 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     )
 
 
-def _stage_layers(ranges: tuple[tuple[int, int], ...], blocks: tuple[Block, ...], frozen: int) -> tuple[tuple[str, int, int], ...]:
-    """(kind, layers, frozen) of the decoder layers in ``ranges`` ([start, end) in model order;
-    one per virtual chunk of the stage), kinds in the order their first block comes."""
-    out: dict[str, list[int]] = {}
-    first = 0
-    for block in blocks:
-        layers = frozen_here = 0
-        for start, end in ranges:
-            lo, hi = max(start, first), min(end, first + block.count)
-            if hi > lo:
-                layers += hi - lo
-                frozen_here += max(0, min(hi, frozen) - lo)
-        if layers:
-            counts = out.setdefault(block.name, [0, 0])
-            counts[0] += layers
-            counts[1] += frozen_here
-        first += block.count
-    return tuple((name, layers, frozen_here) for name, (layers, frozen_here) in out.items())
-
-
-def _roles(s: Scenario, blocks: tuple[Block, ...], frozen: int) -> list[tuple[str, int, int, tuple]]:
-    """(name, representative stage, number of stages, layer counts) for each distinct stage role.
-
-    Stages group by (first, last, layer kinds and frozen layers on the stage). O(pp·vpp), never
-    per rank of the other axes.
-    """
-    pp = s.plan.pp
-    groups: list[list] = []
-    for stage in range(pp):
-        key = (stage == 0, stage == pp - 1, _stage_layers(s.rank_layer_ranges(stage), blocks, frozen))
-        if groups and groups[-1][0] == key:
-            groups[-1][2] += 1
-        else:
-            groups.append([key, stage, 1])
-    roles = []
-    for (first, last, counts), stage, count in groups:
-        name = "only" if first and last else "first" if first else "last" if last else "middle"
-        frozen_here = sum(f for _, _, f in counts)
-        if name == "middle" and frozen_here:
-            name = "frozen middle" if frozen_here == sum(n for _, n, _ in counts) else "partly frozen middle"
-        if name == "middle" and len([c for c in counts if c[1]]) > 1:
-            name = "mixed middle"
-        roles.append((name, stage, count, counts))
-    return roles
-
-
 def _offloaded(counts: tuple, layers: int, kinds: dict[str, LayerKind]) -> tuple:
     """``counts`` with the first ``layers`` trained layers moved to offloaded kinds (added to
     ``kinds``: the same layer, its saved activations in host memory), in layer order. Only trained
@@ -336,7 +291,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
 
     roles = []
     worst = {"params": 0.0, "trainable": 0.0, "expert": 0.0, "expert_trainable": 0.0}
-    for name, stage, stages, counts in _roles(s, graph.blocks, frozen_total):
+    for name, stage, stages, counts in stage_roles(s, graph.blocks, frozen_total):
         if plan.activation_offload_layers and phase is None:
             counts = _offloaded(counts, plan.activation_offload_layers, kinds)
         role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase)
@@ -364,7 +319,6 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         phase=phase,
         state=state if phase is None else None,
     ), NcclChoice.of(plan))
-
 
 
 def _check_serving(s: Scenario) -> None:
