@@ -150,21 +150,18 @@ def fp32_weights_under_autocast(plan, phase: Phase | None = None) -> bool:
             and plan.optimizer_state != "bf16")
 
 
-def _autocast_weights(ops, scenario: Scenario, phase: Phase | None, tp: int, ep: int = 1, expert_tp: int | None = None):
-    """``ops`` with their weights' casts where the step runs autocast over fp32 weights."""
-    if not fp32_weights_under_autocast(scenario.plan, phase):
-        return ops
-    return with_autocast_weights(ops, scenario.task.lora_base_dtype is None, tp, ep, expert_tp)
-
-
-def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, GroupSpan], phase: Phase | None = None) -> LayerKind:
+def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, GroupSpan], cast_weights: bool = False) -> LayerKind:
+    """One layer kind on a device; ``cast_weights``: its GEMMs cast their fp32 weights
+    (fp32_weights_under_autocast)."""
     plan, model = scenario.plan, scenario.model
     tp, cp, ep, etp = plan.tp, plan.cp, plan.ep, plan.expert_tp
     sp = plan.sequence_parallel and tp > 1
     act_bytes = activation_bytes(plan.precision)
     ops = with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, etp, plan.precision, plan.quant_scaling) for op in block.ops),
                                  plan, tp, ep, etp)
-    ops = _autocast_weights(with_dequantized_base(ops, scenario.task, tp, ep, etp), scenario, phase, tp, ep, etp)
+    ops = with_dequantized_base(ops, scenario.task, tp, ep, etp)
+    if cast_weights:
+        ops = with_autocast_weights(ops, scenario.task.lora_base_dtype is None, tp, ep, etp)
     # two regions per decoder layer (attention, MLP); an einsum of a block model opens or closes one
     if sp:  # Korthikanti et al. 2022, Sec. 4.2.2: all-gather + reduce-scatter replace each all-reduce
         tp_comms = (Comm("tp", "all_gather", x_bytes, block.tp_opens, spans["tp"]),
@@ -233,12 +230,13 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     act_bytes = activation_bytes(plan.precision)
     if (s.task.kind == "inference") != (phase is not None):
         raise ValueError("an inference task is built per serving phase, a training task without one")
+    cast_weights = fp32_weights_under_autocast(plan, phase)
     if phase is None:
         # a 16-bit model trains under autocast from fp32 weights unless its Adam keeps no fp32
         # master (bf16-true); serving runs the 16-bit weights as they are
         graph = lower_task(model, s.task, plan.micro_batch_size, s.seq_len, act_bytes, plan.flash_attention, plan.fused_loss,
                            plan.fusion == "eager", autocast=plan.optimizer_state != "bf16",
-                           fp32_stream=fp32_weights_under_autocast(plan, phase))
+                           fp32_stream=cast_weights)
     else:
         _check_serving(s)
         graph = lower(model, s.task.batch_size // (plan.dp or 1), phase.seq_len, act_bytes, plan.flash_attention,
@@ -268,7 +266,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     kinds = {}
     for block in graph.blocks:  # a kind's runs share its ops (a windowed model's alternate)
         if block.name not in kinds:
-            kinds[block.name] = _kind(s, block, x_bytes, spans, phase)
+            kinds[block.name] = _kind(s, block, x_bytes, spans, cast_weights)
     if phase is not None:  # each sequence's cached keys and values, read by every layer (a windowed one's window)
         per_token = graph.tokens / graph.seq_len * kv_cache_bytes_per_token(model, tp, kv_element_bytes(s.task, act_bytes))
         windowed = {block.name for block in graph.blocks if any(op.attention and op.attention.window for op in block.ops)}
@@ -280,7 +278,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         pp_comm = Comm("pp", "send_recv", x_bytes / tp, 1, pipeline_neighbour_span(cluster, plan))  # SC21 Sec. 4.1
 
     state = state_bytes_per_param(plan.precision, _grad_precision(plan), plan.optimizer_state, plan.optimizer_impl,
-                                  cast_in_forward=fp32_weights_under_autocast(plan, phase))
+                                  cast_in_forward=cast_weights)
     task = s.task
     frozen_total = 0
     if task.kind == "finetune":
@@ -294,7 +292,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     for name, stage, stages, counts in stage_roles(s, graph.blocks, frozen_total):
         if plan.activation_offload_layers and phase is None:
             counts = _offloaded(counts, plan.activation_offload_layers, kinds)
-        role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase)
+        role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase, cast_weights)
         roles.append(role)
         expert_trainable = sum(kinds[k].expert_trainable_params * (n - f) for k, n, f in counts)
         worst["params"] = max(worst["params"], role.params - role.expert_params)
@@ -333,7 +331,8 @@ def _check_serving(s: Scenario) -> None:
         raise MeshplanError("plan.ep", plan.ep, "expert parallelism is modelled for training only; use ep=1 (experts split by tp) for inference")
 
 
-def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase=None) -> Role:
+def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase=None,
+          cast_weights: bool = False) -> Role:
     plan = s.plan
     tp, cp, pp, dp = plan.tp, plan.cp, plan.pp, plan.dp or 1
     sp = plan.sequence_parallel and tp > 1
@@ -404,6 +403,10 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             frozen_weight_bytes=lora_base_bytes(s.task, plan),
             host_capacity_bytes=host_share_bytes(s.cluster, s.num_devices),
         )
+    tail = with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, scaling=plan.quant_scaling)
+                                        for op in tail_ops), plan, tp)
+    if cast_weights:  # the output layer's weight too (tied: the embedding's)
+        tail = with_autocast_weights(tail, s.task.lora_base_dtype is None, tp)
     return Role(
         name=name,
         stage=stage,
@@ -412,8 +415,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
         layer_counts=counts,
         head=with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, scaling=plan.quant_scaling)
                                           for op in head_ops), plan, tp),
-        tail=_autocast_weights(with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, scaling=plan.quant_scaling)
-                                                            for op in tail_ops), plan, tp), s, phase, tp),
+        tail=tail,
         head_comms=head_comms,
         tail_comms=tail_comms,
         params=params,
