@@ -101,7 +101,9 @@ def test_keywords_are_read_in_any_case():
     ("MXFP8", "fp8", "block"), ("fp8-mx", "fp8", "block"), ("FP8-CS", "fp8", "current"), ("fp8_ds", "fp8", "delayed"),
     ("NVFP4", "fp4", "nvfp4"), ("MXFP4", "fp4", "block"), ("float8", "fp8", None), ("bfloat16", "bf16", None), ("BF16", "bf16", None),
     ("bf16-mixed", "bf16", None), ("16-mixed", "fp16", None), ("float8_e4m3fn", "fp8", None), ("FP8 hybrid", "fp8", None),
-    ("FP8 (delayed scaling)", "fp8", "delayed")])
+    ("FP8 (delayed scaling)", "fp8", "delayed"), ("fp8-blockwise", "fp8", "block"), ("FP8 block", "fp8", "block"),
+    ("float8 rowwise", "fp8", "current"), ("fp8-tensorwise", "fp8", "current"), ("AMP", "fp16", None),
+    ("mixed precision", "fp16", None)])
 def test_precision_spellings_of_published_tables(spelling, precision, scaling):
     """Megatron-Bridge's tables, PyTorch's dtype names, Lightning's and NeMo's trainer precisions,
     Transformer Engine's FP8 formats; a named scaling recipe overrides the framework's
@@ -118,7 +120,8 @@ def test_precision_spellings_of_published_tables(spelling, precision, scaling):
 
 @pytest.mark.parametrize("spelling, ffn_type", [("squared-relu", "squared_relu"), ("Squared ReLU", "squared_relu"),
                                                  ("relu2", "squared_relu"), ("silu", "swiglu"), ("gelu_new", "gelu"),
-                                                 ("gated-gelu", "geglu")])
+                                                 ("gated-gelu", "geglu"), ("gelu_pytorch_tanh", "gelu"),
+                                                 ("ReGLU", "swiglu")])
 def test_ffn_type_spellings_of_configs(spelling, ffn_type):
     """NeMo's Nemotron configs write squared-relu, Hugging Face's relu2: the schema's squared_relu;
     Hugging Face's silu is the gated Llama MLP's (swiglu), its gelu_new GPT-2's plain one, T5 v1.1's

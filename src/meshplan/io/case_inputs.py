@@ -48,6 +48,18 @@ _PRECISION_ALIASES = {
     "float8": ("fp8", None), "float8e4m3fn": ("fp8", None), "fp8e4m3": ("fp8", None), "fp8hybrid": ("fp8", None),
     "bfloat16": ("bf16", None), "bf16mixed": ("bf16", None),
     "float16": ("fp16", None), "16mixed": ("fp16", None), "fp16mixed": ("fp16", None), "float32": ("fp32", None),
+    # DeepSeek-V3's 1x128 / 128x128 tiles and Transformer Engine's Float8BlockScaling: scales per
+    # block, inside the cast, as MXFP8's
+    "fp8block": ("fp8", "block"), "fp8blockwise": ("fp8", "block"), "fp8blockscaling": ("fp8", "block"),
+    "blockwisefp8": ("fp8", "block"),
+    # torchao's float8 recipes as torchtitan names them (--float8.recipe_name): scales from the
+    # tensor's own amax, per tensor or per row, a pass over it before the cast
+    "fp8tensorwise": ("fp8", "current"), "fp8rowwise": ("fp8", "current"),
+    "float8tensorwise": ("fp8", "current"), "float8rowwise": ("fp8", "current"),
+    # automatic mixed precision as papers of the fp16 era say it: PyTorch's torch.autocast on CUDA
+    # (and torch.cuda.amp, NVIDIA Apex's amp before it) casts to float16 unless told otherwise
+    "amp": ("fp16", None), "mixed": ("fp16", None), "mixedprecision": ("fp16", None), "fp16amp": ("fp16", None),
+    "ampfp16": ("fp16", None),
 }
 
 #: precisions that train a bf16 model with no fp32 copy (keyed by name_key): PyTorch Lightning's
@@ -60,9 +72,12 @@ _PRECISION_ALIASES.update(dict.fromkeys(_PURE_BF16, ("bf16", None)))
 #: ffn_type as configs spell it (keyed by name_key): NeMo's Nemotron configs say squared-relu,
 #: Hugging Face's Nemotron config relu2 (hidden_act), both the schema's squared_relu; Hugging
 #: Face's silu is the gated Llama-family MLP's activation (LlamaMLP: down(silu(gate) * up)), and its
-#: gelu_new GPT-2's tanh GELU in a plain MLP; T5 v1.1 calls its gated GELU gated-gelu
+#: gelu_new GPT-2's tanh GELU in a plain MLP (gelu_pytorch_tanh the same, as Gemma's configs say);
+#: T5 v1.1 calls its gated GELU gated-gelu; ReGLU (Shazeer 2020, "GLU Variants Improve Transformer")
+#: is the gated MLP's three matrices with ReLU as the gate, costed as swiglu
 _FFN_TYPES = {"gelu": "gelu", "relu": "relu", "squaredrelu": "squared_relu", "relu2": "squared_relu",
-              "swiglu": "swiglu", "geglu": "geglu", "silu": "swiglu", "gelunew": "gelu", "gatedgelu": "geglu"}
+              "swiglu": "swiglu", "geglu": "geglu", "silu": "swiglu", "gelunew": "gelu", "gatedgelu": "geglu",
+              "gelutanh": "gelu", "gelupytorchtanh": "gelu", "reglu": "swiglu"}
 
 #: activation_recompute as a yes/no flag (Megatron-LM's --checkpoint-activations, DeepSpeed's
 #: activation_checkpointing): every layer recomputed, or none; the flag written as a word; and
