@@ -305,6 +305,12 @@ def framework_name(value, source=None) -> str | None:
 #: sends each token once per expert; flex (DeepEP, HybridEP) once per node and forwards it there
 _DISPATCHERS = {"alltoall": "all_to_all", "flex": "hierarchical"}
 
+#: pipeline schedules as papers and configs name them (keyed by name_key) -> Plan.schedule:
+#: Megatron's 1F1B with or without interleaving (PipeDream-Flush), GPipe, zero-bubble ZB-H1 (Qi et
+#: al. 2024; torchtitan's ZBVZeroBubble runs its V-shape), DeepSeek-V3's DualPipe
+_SCHEDULES = {"1f1b": "1f1b", "interleaved": "1f1b", "interleaved1f1b": "1f1b", "pipedreamflush": "1f1b",
+              "gpipe": "gpipe", "zbh1": "zb-h1", "zerobubble": "zb-h1", "dualpipe": "dualpipe", "dualpipev": "dualpipe"}
+
 #: Megatron-Core's exp_avg_dtype (the precision-aware optimizer, fp32 master weights) -> Plan.optimizer_state
 _MOMENT_STATES = {"bf16": "bf16_moments", "bfloat16": "bf16_moments", "torch.bfloat16": "bf16_moments",
                   "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32"}
@@ -396,6 +402,9 @@ def case_inputs(case: dict, where: str) -> dict:
     layout = _option(par, "pipeline_layout", par.get("pipeline_model_parallel_layout"))
     if layout is not None:
         plan["pipeline_layout"] = layout
+    schedule = _option(par, "schedule", par.get("pipeline_schedule"))
+    if schedule is not None:  # the pipeline schedule the run names (an extra key)
+        plan["schedule"] = _lookup(_SCHEDULES, name_key(schedule), _word(schedule))
     group = _option(par, "microbatch_group_size", par.get("microbatch_group_size_per_vp_stage"))
     if group is not None:  # and the interleaved group it ran (Megatron-Core's name too)
         plan["microbatch_group_size"] = group
