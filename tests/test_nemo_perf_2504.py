@@ -1,0 +1,35 @@
+"""NeMo 25.04's published GB200 pre-training runs (tests/data/nemo_perf_2504_gb200.yaml), a table
+nothing in meshplan is fitted on."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+import yaml
+
+from meshplan.io.validation_cases import validate
+
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "nemo_perf_2504_gb200.yaml"
+CASES = yaml.safe_load(DATA.read_text())
+
+
+def test_every_row_converts_its_tokens_per_gpu_to_the_step_time():
+    for case in CASES:
+        batch, measured = case["batch"], case["measured"]
+        tokens = batch["global_batch_sequences"] * batch["seq_len"]
+        assert tokens / (measured["tokens_per_s_per_gpu"] * case["hardware"]["num_devices"]) == pytest.approx(
+            measured["step_time_s"], rel=1e-5)
+        par = case["parallelism"]
+        assert par["tp"] * par["pp"] * par["cp"] * par["dp"] == case["hardware"]["num_devices"]
+
+
+def test_nemo_2504_gb200_runs():
+    """Dense models from 8B to 405B and Mixtral 8x7B on 8 to 128 GB200s: median 4.8%, Llama 3.1
+    405B (tp 4, pp 8 x vp 8, cp 2) the farthest at -12.5%."""
+    results = validate(DATA)
+    errors = [r.relative_error for r in results]
+    assert len(errors) == 7 and all(e is not None for e in errors)
+    assert statistics.median(abs(e) for e in errors) <= 0.06
+    assert max(abs(e) for e in errors) <= 0.15
