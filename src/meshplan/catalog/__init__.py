@@ -88,7 +88,10 @@ FRAMEWORK_ALIASES = {"megatron": "megatron-lm", "megatron-bridge": "megatron-cor
                      "transformers-trainer": "pytorch-fsdp", "lightning": "pytorch-fsdp", "pytorch-lightning": "pytorch-fsdp",
                      "lightning-fabric": "pytorch-fsdp",
                      "fms": "fms-fsdp", "foundation-model-stack": "fms-fsdp", "ibm-fms": "fms-fsdp", "ibm-fms-fsdp": "fms-fsdp",
-                     "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo"}
+                     "megatron-deepspeed": "deepspeed", "gpt-neox": "deepspeed", "nemo-megatron": "nemo",
+                     # NeMo AutoModel, NeMo's PyTorch-native trainer: FSDP2 (fully_shard) and
+                     # torch.distributed.pipelining as torchtitan builds them (its README), not Megatron
+                     "nemo-automodel": "torchtitan", "automodel": "torchtitan"}
 
 
 def framework_id(value) -> str | None:

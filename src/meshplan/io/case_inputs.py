@@ -311,6 +311,16 @@ _DISPATCHERS = {"alltoall": "all_to_all", "flex": "hierarchical"}
 _SCHEDULES = {"1f1b": "1f1b", "interleaved": "1f1b", "interleaved1f1b": "1f1b", "pipedreamflush": "1f1b",
               "gpipe": "gpipe", "zbh1": "zb-h1", "zerobubble": "zb-h1", "dualpipe": "dualpipe", "dualpipev": "dualpipe"}
 
+#: attention backends as configs name them (keyed by name_key) -> Plan.attention_kernel: None is
+#: the device family's newest, the kernel its model was fitted on (cuDNN's fused attention on
+#: Hopper and Blackwell, which Transformer Engine's DotProductAttention runs); FlexAttention runs
+#: at 90% of FlashAttention-2 forward and 85% backward (PyTorch blog, "FlexAttention", Aug 2024),
+#: taken as FlashAttention-2's class
+_ATTENTION_KERNELS = {"te": None, "transformerengine": None, "cudnn": None, "fusedattention": None, "flash3": "flash3",
+                      "fa3": "flash3", "flashattention3": "flash3", "flash2": "flash2", "fa2": "flash2",
+                      "flashattention2": "flash2", "flex": "flash2", "flexattention": "flash2", "flash1": "flash1",
+                      "flashattention": "flash1", "triton": "flash1"}
+
 #: Megatron-Core's exp_avg_dtype (the precision-aware optimizer, fp32 master weights) -> Plan.optimizer_state
 _MOMENT_STATES = {"bf16": "bf16_moments", "bfloat16": "bf16_moments", "torch.bfloat16": "bf16_moments",
                   "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32"}
@@ -402,6 +412,9 @@ def case_inputs(case: dict, where: str) -> dict:
     layout = _option(par, "pipeline_layout", par.get("pipeline_model_parallel_layout"))
     if layout is not None:
         plan["pipeline_layout"] = layout
+    attention = _option(par, "attention_kernel", par.get("attention_backend"))
+    if attention is not None:  # the attention kernel the run names (an extra key)
+        plan["attention_kernel"] = _lookup(_ATTENTION_KERNELS, name_key(attention), _word(attention))
     schedule = _option(par, "schedule", par.get("pipeline_schedule"))
     if schedule is not None:  # the pipeline schedule the run names (an extra key)
         plan["schedule"] = _lookup(_SCHEDULES, name_key(schedule), _word(schedule))

@@ -131,8 +131,11 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
     scale, note = _whole_micro_batches(inputs) if arch != "dlrm" else (1.0, None)
     preset = _preset_note(case.get("framework"), inputs["plan"].get("framework")) if arch != "dlrm" else None
     recipe = _recipe_note(case) if arch != "dlrm" else None
+    named = isinstance(case.get("parallelism"), dict) and any(
+        case["parallelism"].get(k) is not None for k in ("attention_kernel", "attention_backend"))
     sdpa = ("SDPA's cuDNN attention, as PyTorch 2.11 and later pick it on Hopper and Blackwell"
-            if arch != "dlrm" and "attention_kernel" in inputs["plan"] and inputs["plan"]["attention_kernel"] is None else None)
+            if arch != "dlrm" and not named and "attention_kernel" in inputs["plan"] and inputs["plan"]["attention_kernel"] is None
+            else None)
     note = "; ".join(n for n in (known, experts, preset, recipe, sdpa, note) if n) or None
     try:
         result = estimate(**inputs)
