@@ -181,3 +181,12 @@ def test_torch_compile_speedup_is_the_fused_norms_and_rotary_embeddings(publishe
     for gpus, eager, compiled in ((8, 5762, 6667), (128, 5605, 6514)):
         rows = (published[f"tt2412_8b_{gpus}gpu_fsdp_eager"], published[f"tt2412_8b_{gpus}gpu_fsdp_compile"])
         assert rows[0].predicted_step_time_s / rows[1].predicted_step_time_s == pytest.approx(compiled / eager, rel=0.04)
+
+
+def test_torchtitan_on_h200_hosts():
+    """Trainy's Llama 3.1 8B runs on 32 and 64 H200s (float8, FSDP over every GPU), held out: each
+    within 8%, and the step from 4 to 8 hosts as measured (TPS/GPU 10938 -> 10753) within 3%."""
+    rows = {r.id: r for r in validate(Path(__file__).parent / "data" / "torchtitan_h200.yaml")}
+    assert len(rows) == 2 and all(r.error is None and abs(r.relative_error) <= 0.08 for r in rows.values())
+    small, large = rows["tt2506_trainy_8b_32h200_fp8"], rows["tt2506_trainy_8b_64h200_fp8"]
+    assert large.predicted_step_time_s / small.predicted_step_time_s == pytest.approx(10938 / 10753, rel=0.03)
