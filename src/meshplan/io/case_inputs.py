@@ -458,6 +458,9 @@ def case_inputs(case: dict, where: str) -> dict:
     grad_reduce = _option(par, "overlap_grad_reduce", None)
     if grad_reduce is not None:  # gradients reduced beside the last backward, or after it
         plan["overlap_grad_reduce"] = grad_reduce
+    bucket = _option(par, "grad_bucket_size", par.get("ddp_bucket_size", par.get("bucket_size")))
+    if bucket is not None:  # parameters per gradient bucket (Megatron-Core's --ddp-bucket-size, MLPerf's BUCKET_SIZE)
+        plan["grad_bucket_size"] = bucket
     graphs = _option(par, "cuda_graphs", None)
     if graphs is not None:  # the whole iteration replayed as CUDA graphs (Megatron-Core full_iteration)
         plan["cuda_graphs"] = _word(graphs)

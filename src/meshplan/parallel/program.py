@@ -34,10 +34,13 @@ from meshplan.workloads.lora import lower_task
 from meshplan.workloads.transformer import lower, padded_vocabulary
 
 def grad_bucket_params(plan) -> float:
-    """Parameters per data-parallel bucket: Megatron-Core's default ``bucket_size``,
-    max(40M, 1M x the data-parallel (x context-parallel) size), "larger DP sizes need larger
-    buckets to ensure collectives do not become latency-bound" (megatron/core/distributed/
-    distributed_data_parallel_config.py). ZeRO stages 0-2 issue their collectives per bucket."""
+    """Parameters per data-parallel bucket: the plan's (Plan.grad_bucket_size), else Megatron-Core's
+    default ``bucket_size``, max(40M, 1M x the data-parallel (x context-parallel) size), "larger
+    DP sizes need larger buckets to ensure collectives do not become latency-bound"
+    (megatron/core/distributed/distributed_data_parallel_config.py). ZeRO stages 0-2 issue their
+    collectives per bucket."""
+    if plan.grad_bucket_size is not None:
+        return float(plan.grad_bucket_size)
     return max(40e6, 1e6 * weight_replicas(plan)[0])
 
 

@@ -118,6 +118,9 @@ class Plan(Spec):
     # what runs beside compute (meshplan.timeline.passes); a ``framework`` sets its defaults
     framework: Framework | None = None
     overlap_grad_reduce: bool = True  # gradient buckets reduced during the last micro-batch's backward
+    # parameters per data-parallel gradient bucket (Megatron-Core's --ddp-bucket-size, MLPerf's
+    # BUCKET_SIZE); None: Megatron-Core's default, max(40M, 1M x the data-parallel size)
+    grad_bucket_size: Count | None = None
     # the distributed optimizer's (ZeRO 1-2) parameter all-gather runs ahead of the next forward
     # (Megatron-Core --overlap-param-gather), or blocks after the optimizer step (DeepSpeed)
     overlap_param_gather: bool = True
