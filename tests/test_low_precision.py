@@ -67,6 +67,24 @@ def test_fp8_params_store_the_gemm_weights_in_one_byte():
     assert bf16.weights_bytes == pytest.approx(2.0 * model.num_params, rel=1e-9)  # nothing to keep in FP8
 
 
+def test_fp8_params_are_all_gathered_in_one_byte():
+    """Megatron-Core's fp8_param_gather and torchtitan's FSDP float8 all-gather move the FP8 GEMM
+    weights at one byte: the distributed optimizer's all-gather shrinks by their 16-bit second
+    byte, the edge weights stay 16-bit, and the gradients' reduce-scatter is unchanged."""
+    model = catalog.model("llama3-8b")
+    edges = 2 * model.vocab_size * model.hidden_size + model.num_layers * 2 * model.hidden_size + model.hidden_size
+    kw = dict(num_devices=8, tp=1, global_batch_size=8, precision="fp8", zero_stage=1, grad_bucket_size=10**12)
+
+    def comms(**extra) -> dict:
+        program = build_program(api.scenario("llama3-8b", "dgx-h100", **kw, **extra))
+        return {c.kind: c.bytes * c.count for c in program.dp_comms}
+
+    bf16, fp8 = comms(), comms(fp8_params=True)
+    assert bf16["all_gather"] == pytest.approx(2.0 * model.num_params, rel=1e-9)
+    assert fp8["all_gather"] == pytest.approx(2.0 * edges + (model.num_params - edges), rel=1e-9)
+    assert fp8["reduce_scatter"] == bf16["reduce_scatter"]
+
+
 def test_fp8_plans_keep_the_output_layer_gemm_in_16_bits():
     """The logits GEMM of an FP8 plan takes as long as in a bf16 plan; a decoder GEMM is faster."""
     from meshplan.costs.costed import cost_program

@@ -84,6 +84,7 @@ class LayerKind:
     saved_bytes: float  # activations one layer keeps per micro-batch, given the recompute policy
     full_saved_bytes: float  # what it keeps without recompute (the layer being recomputed)
     low_precision_params: float = 0.0  # of params + expert_params, those of FP8/FP4 GEMMs
+    expert_low_precision_params: float = 0.0  # of low_precision_params, the routed experts'
     trainable_params: float = 0.0  # of params, those that get gradients (LoRA freezes the base weights)
     expert_trainable_params: float = 0.0  # of expert_params, likewise
     kv_cache_bytes: float = 0.0  # serving: the cached keys and values one layer reads per pass
@@ -199,6 +200,7 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
         saved_bytes=kept,
         full_saved_bytes=full,
         low_precision_params=sum(param_share(op, tp, ep, etp) if op.expert else param_share(op, tp) for op in block.ops if op.low_precision),
+        expert_low_precision_params=sum(param_share(op, tp, ep, etp) for op in block.ops if op.low_precision and op.expert),
         trainable_params=sum(param_share(op, tp) for op in block.ops if not op.expert and not op.frozen),
         expert_trainable_params=sum(param_share(op, tp, ep, etp) for op in block.ops if op.expert and not op.frozen),
     )
@@ -291,7 +293,7 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     freeze_embedding = task.kind == "finetune" and task.freeze_embedding
 
     roles = []
-    worst = {"params": 0.0, "trainable": 0.0, "expert": 0.0, "expert_trainable": 0.0}
+    worst = {"params": 0.0, "trainable": 0.0, "expert": 0.0, "expert_trainable": 0.0, "stored": 0.0, "expert_stored": 0.0}
     for name, stage, stages, counts in stage_roles(s, graph.blocks, frozen_total):
         if plan.activation_offload_layers and phase is None:
             counts = _offloaded(counts, plan.activation_offload_layers, kinds)
@@ -302,6 +304,9 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
         worst["trainable"] = max(worst["trainable"], role.trainable_params - expert_trainable)
         worst["expert"] = max(worst["expert"], role.expert_params)
         worst["expert_trainable"] = max(worst["expert_trainable"], expert_trainable)
+        expert_low = sum(kinds[k].expert_low_precision_params * n for k, n, _ in counts)
+        worst["stored"] = max(worst["stored"], sum(kinds[k].low_precision_params * n for k, n, _ in counts) - expert_low)
+        worst["expert_stored"] = max(worst["expert_stored"], expert_low)
 
     dp_comms, zero3 = _data_parallel_comms(plan, state, worst, spans, max(s.stage_layers)) if phase is None else ((), ())
     optimizer_params = worst["trainable"] / (shard if plan.zero_memory_stage >= 1 else 1)
@@ -438,14 +443,19 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
     dp_comms: list[Comm] = []
     zero3: list[Comm] = []
     bucket = grad_bucket_params(plan)
-    for axis, span, zero3_span, size, params, trainable in (
+    # with FP8/FP4 primary weights (Megatron-Core's fp8_param_gather, fp4_param_gather) the
+    # all-gathers move the FP8/FP4 GEMM weights at their stored size, as memory holds them
+    # (parallel.memory.stage_memory)
+    stored = BYTES_PER_ELEMENT[plan.precision] if plan.fp8_params and plan.precision in ("fp8", "fp4") else state.weight
+    for axis, span, zero3_span, size, params, trainable, low in (
         ("dp", spans["dp_shard"] if plan.zero_stage else spans["dp"], spans["dp_shard_zero3"], shard if plan.zero_stage else dp,
-         worst["params"], worst["trainable"]),
-        ("dp", spans["edp"], spans["edp_zero3"], edp, worst["expert"], worst["expert_trainable"]),
+         worst["params"], worst["trainable"], worst["stored"]),
+        ("dp", spans["edp"], spans["edp_zero3"], edp, worst["expert"], worst["expert_trainable"], worst["expert_stored"]),
     ):
         if size <= 1 or params <= 0:
             continue
-        grads, weights, updated = trainable * state.gradient, params * state.weight, trainable * state.weight
+        saved = min(low, trainable) * (state.weight - stored)  # bytes the stored FP8/FP4 weights save
+        grads, weights, updated = trainable * state.gradient, params * state.weight - saved, trainable * state.weight - saved
         buckets = max(1.0, trainable / bucket)
         if zero == 0:
             dp_comms.append(Comm(axis, "all_reduce", grads / buckets, buckets, span))
