@@ -120,3 +120,16 @@ def test_gradient_bucket_size_is_read_and_fewer_larger_buckets_pay_less_latency(
         default = {**case, "parallelism": {k: v for k, v in case["parallelism"].items() if k != "ddp_bucket_size"}}
         slower = run_case(default, 0).predicted_step_time_s / run_case(case, 0).predicted_step_time_s
         assert 1.05 < slower < 1.15
+
+
+def test_mlperf_v51_llama31_405b_in_nvfp4():
+    """MLPerf v5.1's Llama 3.1 405B in NVFP4 on 512 to 5120 GB200s and 512 GB300s, held out: the
+    known miss, bounded so a change shows. GB200 is predicted 26-29% slow at every scale, as
+    Megatron-Bridge's GB200 NVFP4 rows are (+15% to +27%): the measured step is 1.43x faster a
+    sequence than v5.0's FP8 one on the same layout, where the GEMM kernel fitted on B300's NVFP4
+    GEMMs gives 1.04x. GB300 within 12%. The scale trend holds: within 3 points from 512 to 5120."""
+    rows = {r.id: r for r in validate(Path(__file__).parent / "data" / "mlperf_v51_llama31_405b.yaml")}
+    assert len(rows) == 4 and all(r.error is None for r in rows.values())
+    gb200 = [rows[f"mlperf51_{s}_llama31_405b"].relative_error for s in ("tyche_ngpu512", "hsg_ngpu2560", "hsg_ngpu5120")]
+    assert all(0.20 < e < 0.35 for e in gb200) and max(gb200) - min(gb200) < 0.03
+    assert abs(rows["mlperf51_theia_ngpu512_llama31_405b"].relative_error) <= 0.12
