@@ -292,3 +292,27 @@ def test_context_parallel_ranks_share_the_distributed_optimizer():
     assert cp2.memory.optimizer_bytes == pytest.approx(dp8.memory.optimizer_bytes, rel=1e-12)
     assert cp2.fits
     assert cp2.comm_total_s["dp"] > 0
+
+
+def test_a_context_parallel_ring_calls_attention_once_a_step():
+    """Megatron-Core's context parallelism (Transformer Engine's P2P ring) and torchtitan's ring
+    attention run one attention kernel call per ring step, forward and backward, each with the
+    kernel's fixed cost (the fit's launch_s): a cp-way ring pays it cp times. The work is the
+    same load-balanced causal share either way."""
+    from dataclasses import replace
+
+    from meshplan.costs.kernels import Chip, attention_s
+    from meshplan.parallel.program import build_program
+
+    plan = dict(num_devices=8, tp=1, global_batch_size=8, seq_len=8192, zero_stage=1)
+    for cp in (1, 2, 4):
+        program = build_program(api.scenario("llama3-8b", "dgx-h100", cp=cp, **plan))
+        (attention,) = [o.attention for o in program.kinds["dense_layer"].ops if o.op.kind == "attention"]
+        assert attention.calls == cp
+    device = catalog.device("h100-sxm5-80gb")
+    chip = Chip(device.sustained_peak("bf16"), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
+    kernel = catalog.efficiency("hopper").kernels.attention
+    for backward, fit in ((False, kernel.forward), (True, kernel.backward)):
+        ring = attention_s(attention, kernel, 2.0, 1e6, chip, backward)
+        single = attention_s(replace(attention, calls=1.0), kernel, 2.0, 1e6, chip, backward)
+        assert ring - single == pytest.approx(3 * fit.launch_s, rel=1e-9)

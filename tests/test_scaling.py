@@ -94,21 +94,19 @@ def test_per_gpu_throughput_ratio_from_smallest_to_largest_scale_follows_the_mea
 
 
 def test_mlperf_v51_llama31_8b_on_nvl72_racks():
-    """MLPerf v5.1's Llama 3.1 8B on GB200 and GB300 racks, held out. On 72 GPUs (cp 2, 4096 tokens
-    a GPU) within 8%, with the runs' 768M-parameter gradient buckets (Megatron's default 72M, a
-    bucket 10x smaller, put both 8-15% slow: their 72-rank rings pay the latency 10x as often). On
-    512 (tp 2 x cp 4, 2048 tokens a GPU) the known miss: the step takes half the 72-GPU one for a
-    quarter of the work, and meshplan predicts 23-25% fast; bounded so a change shows."""
+    """MLPerf v5.1's Llama 3.1 8B on GB200 and GB300 racks, held out, each within 8%: on 72 GPUs
+    (cp 2, 4096 tokens a GPU) with the runs' 768M-parameter gradient buckets (Megatron's default,
+    72M for 72 ranks, puts them 5-15% slow: their 72-rank rings pay the latency 10x as often); on
+    512 (tp 2 x cp 4, 2048 tokens a GPU), where the measured step halves for a quarter of the
+    work, -5%, once each of the ring's 4 steps is an attention call with its own fixed cost (23-25%
+    fast while the ring was one call)."""
     rows = {r.id: r for r in validate(Path(__file__).parent / "data" / "mlperf_v51_llama31_8b.yaml")}
-    assert len(rows) == 4 and all(r.error is None for r in rows.values())
-    for system in ("tyche", "theia"):
-        assert abs(rows[f"mlperf51_{system}_ngpu72_llama31_8b"].relative_error) <= 0.08
-        assert -0.32 < rows[f"mlperf51_{system}_ngpu512_llama31_8b"].relative_error < -0.15
+    assert len(rows) == 4 and all(r.error is None and abs(r.relative_error) <= 0.08 for r in rows.values())
 
 
 def test_gradient_bucket_size_is_read_and_fewer_larger_buckets_pay_less_latency():
     """``ddp_bucket_size`` (or grad_bucket_size, bucket_size) sets Plan.grad_bucket_size; on the
-    72-GPU rows Megatron's default buckets (72M parameters for 72 ranks) are 8-15% slower."""
+    72-GPU rows Megatron's default buckets (72M parameters for 72 ranks) are 5-15% slower."""
     from meshplan.io.case_inputs import case_inputs
     from meshplan.io.validation_cases import run_case
 

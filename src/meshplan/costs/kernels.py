@@ -135,7 +135,7 @@ def attention_pass_s(shape: AttentionShape, p: AttentionPass, block_q: int, flop
     q_bytes = b * shape.seq * h * dims * element_bytes
     kv_bytes = b * shape.kv * shape.kv_heads * dims * (shape.kv_element_bytes or element_bytes)
     extra = (p.q_passes * q_bytes + p.kv_passes * kv_bytes) / chip.hbm_bytes_per_s
-    return np.maximum(compute, traffic_bytes / chip.hbm_bytes_per_s) + extra + p.launch_s
+    return np.maximum(compute, traffic_bytes / chip.hbm_bytes_per_s) + extra + p.launch_s * shape.calls
 
 
 def attention_s(shape: AttentionShape, a: AttentionKernel, element_bytes: float, traffic_bytes, chip: Chip, backward: bool = False):

@@ -126,7 +126,8 @@ def _shard_attention(shape: AttentionShape, tp: int, cp: int) -> AttentionShape:
     seq, kv = shape.seq / cp, shape.kv
     if cp > 1:
         kv = (shape.kv + seq) / 2.0 if shape.causal else shape.kv
-    return replace(shape, heads=shape.heads / tp, kv_heads=max(shape.kv_heads / tp, 1.0), seq=seq, kv=kv)
+    return replace(shape, heads=shape.heads / tp, kv_heads=max(shape.kv_heads / tp, 1.0), seq=seq, kv=kv,
+                   calls=shape.calls * cp)
 
 
 def saved_bytes(saved: tuple[Saved, ...], tp: int, cp: int, sp: bool, drop_scores: bool, scale: float = 1.0) -> float:

@@ -54,6 +54,7 @@ class AttentionShape:
     window: float | None = None  # a causal sliding window: each query sees its last ``window`` keys
     # a serving step's cached keys and values, bytes an element (Task.kv_cache_dtype); None: the call's own
     kv_element_bytes: float | None = None
+    calls: float = 1.0  # kernel calls the work runs as (context parallelism's ring: one a step)
 
 
 @dataclass(frozen=True)
