@@ -133,7 +133,8 @@ class Roofline:
         """One attention call, forward or backward: from its shape where the profile has kernel
         models (meshplan.costs.kernels.attention_s; unfused_attention_s without flash fusion),
         else from its flop on the size curve (backward: twice the forward's flop and bytes, COMET
-        Table 1)."""
+        Table 1). A call that runs as several kernel calls (AttentionShape.calls: a context-parallel
+        ring's steps) pays each one's fixed cost."""
         if self.kernels is not None and shape is not None:
             element = 4.0 if self.precision == "fp32" else 2.0
             if not shape.flash:
@@ -141,7 +142,9 @@ class Roofline:
                 return unfused_attention_s(shape, gemm, self.kernels.memory, element, self.attention_chip, backward)
             return attention_s(shape, self.kernels.attention, element, traffic_bytes, self.attention_chip, backward)
         scale = 2.0 if backward else 1.0
-        return self.attention_s(scale * flop, scale * traffic_bytes, self.attention_speed[backward])
+        calls = shape.calls if shape is not None else 1.0
+        return (self.attention_s(scale * flop, scale * traffic_bytes, self.attention_speed[backward])
+                + (calls - 1.0) * self.efficiency.kernel_overhead_s)
 
     def attention_s(self, flop, traffic_bytes, speed: float = 1.0):
         fraction = speed * achieved_fraction(self.efficiency.attention, self._size(flop, traffic_bytes))
