@@ -12,6 +12,7 @@ import yaml
 
 from meshplan.io.case_inputs import case_inputs, framework_name
 from meshplan.io.validation_cases import run_case, validate
+from test_scaling import per_gpu_tokens_per_s
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "automodel_h100.yaml"
 CASES = yaml.safe_load(DATA.read_text())
@@ -19,10 +20,8 @@ CASES = yaml.safe_load(DATA.read_text())
 
 def test_every_step_agrees_with_its_tokens_per_gpu():
     for case in CASES:
-        batch, measured = case["batch"], case["measured"]
-        tokens = batch["global_batch_sequences"] * batch["seq_len"]
-        assert tokens / (measured["tokens_per_s_per_gpu"] * case["hardware"]["num_devices"]) == pytest.approx(
-            measured["step_time_s"], rel=0.01)
+        measured = case["measured"]
+        assert per_gpu_tokens_per_s(measured["step_time_s"], case) == pytest.approx(measured["tokens_per_s_per_gpu"], rel=0.01)
 
 
 def test_automodel_h100_runs():

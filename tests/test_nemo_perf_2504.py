@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from meshplan.io.validation_cases import validate
+from test_scaling import per_gpu_tokens_per_s
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "nemo_perf_2504_gb200.yaml"
 CASES = yaml.safe_load(DATA.read_text())
@@ -17,10 +18,8 @@ CASES = yaml.safe_load(DATA.read_text())
 
 def test_every_row_converts_its_tokens_per_gpu_to_the_step_time():
     for case in CASES:
-        batch, measured = case["batch"], case["measured"]
-        tokens = batch["global_batch_sequences"] * batch["seq_len"]
-        assert tokens / (measured["tokens_per_s_per_gpu"] * case["hardware"]["num_devices"]) == pytest.approx(
-            measured["step_time_s"], rel=1e-5)
+        measured = case["measured"]
+        assert per_gpu_tokens_per_s(measured["step_time_s"], case) == pytest.approx(measured["tokens_per_s_per_gpu"], rel=1e-5)
         par = case["parallelism"]
         assert par["tp"] * par["pp"] * par["cp"] * par["dp"] == case["hardware"]["num_devices"]
 

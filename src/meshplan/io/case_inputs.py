@@ -3,8 +3,9 @@
 Published tables spell the same thing many ways: frameworks ("Megatron-Bridge", "NeMo 24.07"),
 precisions ("FP8-CS", "NVFP4", "bfloat16"), recompute flags, and the Megatron-Core switches a
 recipe sets (dispatcher, expert all-to-all overlap, Adam's moments, activation offload), kept as
-extra keys SCHEMA.md allows. Each is read here into a plan field; a value meshplan does not know
-is passed on, so the plan's own validation names the field and what is valid.
+extra keys SCHEMA.md allows. Each is read here into a plan field, through the spellings of
+``meshplan.io.case_words``; a value meshplan does not know is passed on, so the plan's own
+validation names the field and what is valid.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import re
 
 from meshplan import catalog
 from meshplan.errors import MeshplanError
+from meshplan.io.case_words import (ATTENTION_KERNELS, DISPATCHERS, FFN_TYPES, MOMENT_STATES, PRECISION_ALIASES, PURE_BF16,
+                                    RECOMPUTE_FLAGS, RECOMPUTE_WORDS, SCHEDULES, TP_COMM_OVERLAP)
 from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.dlrm_scenario import dlrm_framework
@@ -32,59 +35,6 @@ def _get(case: dict, path: str, where: str):
             raise MeshplanError(f"{where}.{path}", None, "this field is required by the validation schema")
         node = node[key]
     return node
-
-
-#: precisions as published tables and training flags spell them (keyed by name_key: letters and
-#: digits only): (plan precision, FP8 scaling or None for the framework's). Megatron-Bridge's
-#: performance tables write FP8-CS (current scaling), FP8-DS (delayed), FP8-MX and MXFP8 (a scale
-#: per block of 32) and NVFP4 (per block of 16, OCP MX and NVIDIA's NVFP4 formats); torchtitan and
-#: PyTorch say float8, bfloat16, float16 (float8_e4m3fn the tensor dtype); PyTorch Lightning and
-#: NeMo's trainer bf16-mixed, 16-mixed (fp16 autocast) and bf16-true; Transformer Engine's FP8
-#: formats are E4M3 and HYBRID (E4M3 forward, E5M2 gradients), both FP8 GEMMs
-_PRECISION_ALIASES = {
-    "fp8cs": ("fp8", "current"), "fp8current": ("fp8", "current"), "fp8currentscaling": ("fp8", "current"),
-    "fp8ds": ("fp8", "delayed"), "fp8delayed": ("fp8", "delayed"), "fp8delayedscaling": ("fp8", "delayed"),
-    "fp8mx": ("fp8", "block"), "mxfp8": ("fp8", "block"), "nvfp4": ("fp4", "nvfp4"), "mxfp4": ("fp4", "block"),
-    "float8": ("fp8", None), "float8e4m3fn": ("fp8", None), "fp8e4m3": ("fp8", None), "fp8hybrid": ("fp8", None),
-    "bfloat16": ("bf16", None), "bf16mixed": ("bf16", None),
-    "float16": ("fp16", None), "16mixed": ("fp16", None), "fp16mixed": ("fp16", None), "float32": ("fp32", None),
-    # DeepSeek-V3's 1x128 / 128x128 tiles and Transformer Engine's Float8BlockScaling: scales per
-    # block, inside the cast, as MXFP8's
-    "fp8block": ("fp8", "block"), "fp8blockwise": ("fp8", "block"), "fp8blockscaling": ("fp8", "block"),
-    "blockwisefp8": ("fp8", "block"),
-    # torchao's float8 recipes as torchtitan names them (--float8.recipe_name): scales from the
-    # tensor's own amax, per tensor or per row, a pass over it before the cast
-    "fp8tensorwise": ("fp8", "current"), "fp8rowwise": ("fp8", "current"),
-    "float8tensorwise": ("fp8", "current"), "float8rowwise": ("fp8", "current"),
-    # automatic mixed precision as papers of the fp16 era say it: PyTorch's torch.autocast on CUDA
-    # (and torch.cuda.amp, NVIDIA Apex's amp before it) casts to float16 unless told otherwise
-    "amp": ("fp16", None), "mixed": ("fp16", None), "mixedprecision": ("fp16", None), "fp16amp": ("fp16", None),
-    "ampfp16": ("fp16", None),
-}
-
-#: precisions that train a bf16 model with no fp32 copy (keyed by name_key): PyTorch Lightning's
-#: bf16-true (the model cast to bf16, its optimizer stepping bf16 state), "pure bf16" as papers and
-#: PyTorch loops say; bf16, bf16-mixed and the rest keep fp32 master weights or run autocast over
-#: fp32 ones
-_PURE_BF16 = {"bf16true", "purebf16", "bf16pure"}
-_PRECISION_ALIASES.update(dict.fromkeys(_PURE_BF16, ("bf16", None)))
-
-#: ffn_type as configs spell it (keyed by name_key): NeMo's Nemotron configs say squared-relu,
-#: Hugging Face's Nemotron config relu2 (hidden_act), both the schema's squared_relu; Hugging
-#: Face's silu is the gated Llama-family MLP's activation (LlamaMLP: down(silu(gate) * up)), and its
-#: gelu_new GPT-2's tanh GELU in a plain MLP (gelu_pytorch_tanh the same, as Gemma's configs say);
-#: T5 v1.1 calls its gated GELU gated-gelu; ReGLU (Shazeer 2020, "GLU Variants Improve Transformer")
-#: is the gated MLP's three matrices with ReLU as the gate, costed as swiglu
-_FFN_TYPES = {"gelu": "gelu", "relu": "relu", "squaredrelu": "squared_relu", "relu2": "squared_relu",
-              "swiglu": "swiglu", "geglu": "geglu", "silu": "swiglu", "gelunew": "gelu", "gatedgelu": "geglu",
-              "gelutanh": "gelu", "gelupytorchtanh": "gelu", "reglu": "swiglu"}
-
-#: activation_recompute as a yes/no flag (Megatron-LM's --checkpoint-activations, DeepSpeed's
-#: activation_checkpointing): every layer recomputed, or none; the flag written as a word; and
-#: Megatron's recompute methods, uniform and block, which recompute whole layers (full granularity)
-_RECOMPUTE_FLAGS = {True: "full", False: "none"}
-_RECOMPUTE_WORDS = {"true": "full", "yes": "full", "on": "full", "false": "none", "no": "none", "off": "none",
-                    "uniform": "full", "block": "full"}
 
 
 def _word(value):
@@ -224,12 +174,12 @@ def _recompute(value):
     """activation_recompute: none | selective | full, or a yes/no flag (full or none); a word
     that goes on to say more ("selective (core attention)", "full, uniform") is its first word."""
     if isinstance(value, bool):
-        return _RECOMPUTE_FLAGS[value]
+        return RECOMPUTE_FLAGS[value]
     word = _word(value)
     if not isinstance(word, str):
         return word
     first = re.split(r"[\s(,;:]+", word, maxsplit=1)[0]
-    return first if first in ("none", "selective", "full") else _RECOMPUTE_WORDS.get(first, word)
+    return first if first in ("none", "selective", "full") else RECOMPUTE_WORDS.get(first, word)
 
 
 #: NeMo's containers whose launcher ran the nemo-launcher preset (catalog/frameworks.yaml: it
@@ -301,31 +251,6 @@ def framework_name(value, source=None) -> str | None:
     return None
 
 
-#: Megatron-Core's token dispatchers (moe_token_dispatcher_type) -> Plan.ep_dispatch: alltoall
-#: sends each token once per expert; flex (DeepEP, HybridEP) once per node and forwards it there
-_DISPATCHERS = {"alltoall": "all_to_all", "flex": "hierarchical"}
-
-#: pipeline schedules as papers and configs name them (keyed by name_key) -> Plan.schedule:
-#: Megatron's 1F1B with or without interleaving (PipeDream-Flush), GPipe, zero-bubble ZB-H1 (Qi et
-#: al. 2024; torchtitan's ZBVZeroBubble runs its V-shape), DeepSeek-V3's DualPipe
-_SCHEDULES = {"1f1b": "1f1b", "interleaved": "1f1b", "interleaved1f1b": "1f1b", "pipedreamflush": "1f1b",
-              "gpipe": "gpipe", "zbh1": "zb-h1", "zerobubble": "zb-h1", "dualpipe": "dualpipe", "dualpipev": "dualpipe"}
-
-#: attention backends as configs name them (keyed by name_key) -> Plan.attention_kernel: None is
-#: the device family's newest, the kernel its model was fitted on (cuDNN's fused attention on
-#: Hopper and Blackwell, which Transformer Engine's DotProductAttention runs); FlexAttention runs
-#: at 90% of FlashAttention-2 forward and 85% backward (PyTorch blog, "FlexAttention", Aug 2024),
-#: taken as FlashAttention-2's class
-_ATTENTION_KERNELS = {"te": None, "transformerengine": None, "cudnn": None, "fusedattention": None, "flash3": "flash3",
-                      "fa3": "flash3", "flashattention3": "flash3", "flash2": "flash2", "fa2": "flash2",
-                      "flashattention2": "flash2", "flex": "flash2", "flexattention": "flash2", "flash1": "flash1",
-                      "flashattention": "flash1", "triton": "flash1"}
-
-#: Megatron-Core's exp_avg_dtype (the precision-aware optimizer, fp32 master weights) -> Plan.optimizer_state
-_MOMENT_STATES = {"bf16": "bf16_moments", "bfloat16": "bf16_moments", "torch.bfloat16": "bf16_moments",
-                  "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32"}
-
-
 def _lookup(table: dict, key, default):
     """``table[key]``, or ``default`` where the key is not there or cannot be (a list or a mapping
     where the schema wants a word: the plan's validation then names the field and its values)."""
@@ -333,11 +258,6 @@ def _lookup(table: dict, key, default):
         return table.get(key, default)
     except TypeError:
         return default
-
-
-#: Megatron-Core's tp_comm_overlap switch as Plan.tp_overlap: userbuffers' ring-exchange GEMMs
-#: pipeline each tensor-parallel collective in chunks, or none does
-_TP_COMM_OVERLAP = {True: "pipelined", False: "none"}
 
 
 def _ep_overlap(value):
@@ -352,7 +272,7 @@ def case_inputs(case: dict, where: str) -> dict:
     model = _get(case, "model", where)
     model_data = {k: model[k] for k in _MODEL_FIELDS if model.get(k) is not None}
     if isinstance(model_data.get("ffn_type"), str):
-        model_data["ffn_type"] = _FFN_TYPES.get(name_key(model_data["ffn_type"]), _word(model_data["ffn_type"]))
+        model_data["ffn_type"] = FFN_TYPES.get(name_key(model_data["ffn_type"]), _word(model_data["ffn_type"]))
     model_data.update(_architecture(model, where))
     model_data["id"] = str(case.get("id", "case"))
     model_data["name"] = str(model.get("name", ""))
@@ -401,10 +321,10 @@ def case_inputs(case: dict, where: str) -> dict:
         "seq_len": seq_len,
     }
     precision = _word(_option(case, "precision", "bf16"))
-    plan["precision"], scaling = _PRECISION_ALIASES.get(name_key(precision), (precision, None))
+    plan["precision"], scaling = PRECISION_ALIASES.get(name_key(precision), (precision, None))
     if scaling:  # the recipe the precision names wins over the framework's default
         plan["fp4_scaling" if plan["precision"] == "fp4" else "fp8_scaling"] = scaling
-    if name_key(precision) in _PURE_BF16:  # bf16 weights, gradients and Adam state, no fp32 master
+    if name_key(precision) in PURE_BF16:  # bf16 weights, gradients and Adam state, no fp32 master
         plan.update(optimizer_state="bf16", grad_reduce_precision="bf16")
     if par.get("dp") is not None:
         plan["dp"] = par["dp"]
@@ -414,14 +334,14 @@ def case_inputs(case: dict, where: str) -> dict:
         plan["pipeline_layout"] = layout
     attention = _option(par, "attention_kernel", par.get("attention_backend"))
     if attention is not None:  # the attention kernel the run names (an extra key)
-        plan["attention_kernel"] = _lookup(_ATTENTION_KERNELS, name_key(attention), _word(attention))
+        plan["attention_kernel"] = _lookup(ATTENTION_KERNELS, name_key(attention), _word(attention))
     schedule = _option(par, "schedule", par.get("pipeline_schedule"))
     if schedule is not None:  # the pipeline schedule the run names (an extra key)
-        plan["schedule"] = _lookup(_SCHEDULES, name_key(schedule), _word(schedule))
+        plan["schedule"] = _lookup(SCHEDULES, name_key(schedule), _word(schedule))
     group = _option(par, "microbatch_group_size", par.get("microbatch_group_size_per_vp_stage"))
     if group is not None:  # and the interleaved group it ran (Megatron-Core's name too)
         plan["microbatch_group_size"] = group
-    tp_overlap = _option(par, "tp_overlap", _TP_COMM_OVERLAP.get(par.get("tp_comm_overlap")))
+    tp_overlap = _option(par, "tp_overlap", TP_COMM_OVERLAP.get(par.get("tp_comm_overlap")))
     if tp_overlap is not None:  # how its tensor-parallel collectives ran (async TP: pipelined)
         plan["tp_overlap"] = _word(tp_overlap)
     ep_overlap = _option(par, "ep_overlap", par.get("moe_a2a_overlap", par.get("overlap_moe_expert_parallel_comm")))
@@ -432,7 +352,7 @@ def case_inputs(case: dict, where: str) -> dict:
         plan["expert_tp"] = expert_tp
     dispatch = _option(par, "ep_dispatch", par.get("moe_token_dispatcher_type"))
     if dispatch is not None:  # and the dispatcher that carried them
-        plan["ep_dispatch"] = _lookup(_DISPATCHERS, _word(dispatch), _word(dispatch))
+        plan["ep_dispatch"] = _lookup(DISPATCHERS, _word(dispatch), _word(dispatch))
     stored = _option(par, "fp8_params", par.get("fp8_param_gather", par.get("fp4_param_gather")))
     if stored is not None:  # FP8/FP4 primary weights (Megatron-Core's fp8_param_gather, fp4_param_gather)
         plan["fp8_params"] = stored
@@ -442,7 +362,7 @@ def case_inputs(case: dict, where: str) -> dict:
     state = _option(par, "optimizer_state", None)
     moments = _word(par.get("exp_avg_dtype"))
     if state is None and moments is not None:  # Megatron-Core's precision-aware optimizer: its moments' dtype
-        state = _lookup(_MOMENT_STATES, moments, moments)
+        state = _lookup(MOMENT_STATES, moments, moments)
     if state is not None:  # how Adam kept its state
         plan["optimizer_state"] = _word(state)
     # Megatron-FSDP, as Bridge's recipes run it: optim_grads_params shards weights, gradients and
