@@ -48,6 +48,21 @@ def test_attention_kernel_spellings(spelling, kernel):
     assert "attention_kernel" in plan and plan["attention_kernel"] == kernel
 
 
+def test_a_case_may_say_its_attention_was_not_flash_fused():
+    """``flash_attention`` (Megatron-LM's use_flash_attn, as a flag or a word) or an attention
+    kernel named ``unfused``, ``eager`` or ``math``: the scores go through HBM, and the step is
+    slower than the fused one."""
+    qwen = next(c for c in CASES if "qwen3" in c["id"])
+    fused = run_case(copy.deepcopy(qwen), 0).predicted_step_time_s
+    for key, value in (("flash_attention", False), ("use_flash_attn", "false"), ("attention_kernel", "unfused"),
+                       ("attention_kernel", "math")):
+        case = copy.deepcopy(qwen)
+        case["parallelism"].pop("attention_kernel")
+        case["parallelism"][key] = value
+        assert case_inputs(case, "x")["plan"]["flash_attention"] is False
+        assert run_case(case, 0).predicted_step_time_s > 1.2 * fused
+
+
 def test_a_named_attention_kernel_changes_the_step_and_an_unknown_one_is_named():
     """TE's fused attention (cuDNN) against FlexAttention's FlashAttention-2 class on Qwen3 30B,
     whose attention is a large share of its step; the note does not claim PyTorch's SDPA."""

@@ -15,7 +15,7 @@ import re
 from meshplan import catalog
 from meshplan.errors import MeshplanError
 from meshplan.io.case_words import (ATTENTION_KERNELS, DISPATCHERS, FFN_TYPES, MOMENT_STATES, PRECISION_ALIASES, PURE_BF16,
-                                    RECOMPUTE_FLAGS, RECOMPUTE_WORDS, SCHEDULES, TP_COMM_OVERLAP)
+                                    RECOMPUTE_FLAGS, RECOMPUTE_WORDS, SCHEDULES, TP_COMM_OVERLAP, UNFUSED_ATTENTION)
 from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.dlrm_scenario import dlrm_framework
@@ -333,8 +333,13 @@ def case_inputs(case: dict, where: str) -> dict:
     if layout is not None:
         plan["pipeline_layout"] = layout
     attention = _option(par, "attention_kernel", par.get("attention_backend"))
-    if attention is not None:  # the attention kernel the run names (an extra key)
+    if attention is not None and name_key(attention) in UNFUSED_ATTENTION:  # scores in HBM, no flash kernel
+        plan["flash_attention"] = False
+    elif attention is not None:  # the attention kernel the run names (an extra key)
         plan["attention_kernel"] = _lookup(ATTENTION_KERNELS, name_key(attention), _word(attention))
+    flash = _option(par, "flash_attention", par.get("use_flash_attn"))
+    if flash is not None:  # whether the run's attention was flash-fused (Megatron-LM's --use-flash-attn)
+        plan["flash_attention"] = _SWITCH_WORDS.get(_word(flash), flash) if isinstance(flash, str) else flash
     schedule = _option(par, "schedule", par.get("pipeline_schedule"))
     if schedule is not None:  # the pipeline schedule the run names (an extra key)
         plan["schedule"] = _lookup(SCHEDULES, name_key(schedule), _word(schedule))

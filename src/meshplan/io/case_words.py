@@ -76,6 +76,9 @@ ATTENTION_KERNELS = {"te": None, "transformerengine": None, "cudnn": None, "fuse
                      "fa3": "flash3", "flashattention3": "flash3", "flash2": "flash2", "fa2": "flash2",
                      "flashattention2": "flash2", "flex": "flash2", "flexattention": "flash2", "flash1": "flash1",
                      "flashattention": "flash1", "triton": "flash1"}
+#: and the words for attention without a flash kernel: the scores written to HBM and read back by
+#: the softmax (Megatron-LM's CoreAttention, PyTorch SDPA's math backend, eager Hugging Face)
+UNFUSED_ATTENTION = {"unfused", "eager", "math", "sdpamath", "coreattention", "none"}
 
 #: Megatron-Core's exp_avg_dtype (the precision-aware optimizer, fp32 master weights) -> Plan.optimizer_state
 MOMENT_STATES = {"bf16": "bf16_moments", "bfloat16": "bf16_moments", "torch.bfloat16": "bf16_moments",
