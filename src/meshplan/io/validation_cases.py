@@ -132,7 +132,7 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
     preset = _preset_note(case.get("framework"), inputs["plan"].get("framework")) if arch != "dlrm" else None
     recipe = _recipe_note(case) if arch != "dlrm" else None
     named = isinstance(case.get("parallelism"), dict) and any(
-        case["parallelism"].get(k) is not None for k in ("attention_kernel", "attention_backend"))
+        case["parallelism"].get(k) is not None for k in ("attention_kernel", "attention_backend", "flash_attention", "use_flash_attn"))
     sdpa = ("SDPA's cuDNN attention, as PyTorch 2.11 and later pick it on Hopper and Blackwell"
             if arch != "dlrm" and not named and "attention_kernel" in inputs["plan"] and inputs["plan"]["attention_kernel"] is None
             else None)
