@@ -3,6 +3,7 @@
 import pytest
 
 from meshplan import api, catalog
+from meshplan.errors import MeshplanError
 from meshplan.parallel.program import build_program
 from meshplan.parallel.quantize import cast_bytes_per_element
 
@@ -83,6 +84,29 @@ def test_fp8_params_are_all_gathered_in_one_byte():
     assert bf16["all_gather"] == pytest.approx(2.0 * model.num_params, rel=1e-9)
     assert fp8["all_gather"] == pytest.approx(2.0 * edges + (model.num_params - edges), rel=1e-9)
     assert fp8["reduce_scatter"] == bf16["reduce_scatter"]
+
+
+def test_nvfp4_without_its_hadamard_transform_casts_as_current_scaling():
+    """NVTE_NVFP4_DISABLE_RHT=1 (Plan.fp4_hadamard off): the per-tensor amax is the tensor's own
+    and the column-wise copy needs no transform, so a cast moves current scaling's bytes, 2 fewer
+    per element than NVFP4 with the transform; a case says it as fp4_hadamard or nvfp4_disable_rht."""
+    from meshplan.io.case_inputs import case_inputs
+    from meshplan.specs.plan import Plan
+
+    plan = Plan(precision="fp4", fp4_hadamard=False)
+    assert plan.quant_scaling == "nvfp4_plain" and Plan(precision="fp4").quant_scaling == "nvfp4"
+    for fused in (False, True):
+        assert cast_bytes_per_element("fp4", "nvfp4_plain", fused) == cast_bytes_per_element("fp4", "current", fused)
+    assert cast_bytes_per_element("fp4", "nvfp4", False) - cast_bytes_per_element("fp4", "nvfp4_plain", False) == 2.0
+    case = {"model": {"arch": "dense", "num_layers": 2, "hidden_size": 1024, "num_attention_heads": 8, "ffn_hidden_size": 4096,
+                      "vocab_size": 32000}, "hardware": {"cluster": "gb200-nvl72", "num_devices": 4},
+            "batch": {"global_batch_sequences": 4, "micro_batch_size": 1, "seq_len": 2048}, "precision": "nvfp4"}
+    for key, value in (("fp4_hadamard", False), ("fp4_hadamard", "off"), ("nvfp4_disable_rht", 1), ("nvfp4_disable_rht", "1")):
+        assert case_inputs({**case, "parallelism": {key: value}}, "x")["plan"]["fp4_hadamard"] is False
+    assert case_inputs({**case, "parallelism": {"nvfp4_disable_rht": 0}}, "x")["plan"]["fp4_hadamard"] is True
+    assert "fp4_hadamard" not in case_inputs({**case, "parallelism": {}}, "x")["plan"]
+    with pytest.raises(MeshplanError, match="nvfp4_disable_rht"):
+        case_inputs({**case, "parallelism": {"nvfp4_disable_rht": "sometimes"}}, "x")
 
 
 def test_fp8_plans_keep_the_output_layer_gemm_in_16_bits():

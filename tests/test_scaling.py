@@ -122,7 +122,7 @@ def test_gradient_bucket_size_is_read_and_fewer_larger_buckets_pay_less_latency(
 
 def test_mlperf_v51_llama31_405b_in_nvfp4():
     """MLPerf v5.1's Llama 3.1 405B in NVFP4 on 512 to 5120 GB200s and 512 GB300s, held out: the
-    known miss, bounded so a change shows. GB200 is predicted 29-31% slow at every scale, as
+    known miss, bounded so a change shows. GB200 is predicted 26-28% slow at every scale, as
     Megatron-Bridge's GB200 NVFP4 rows are (+15% to +27%): the measured step is 1.43x faster a
     sequence than v5.0's FP8 one on the same layout, where the GEMM kernel fitted on B300's NVFP4
     GEMMs gives 1.04x. GB300 within 12%. The scale trend holds: within 3 points from 512 to 5120."""

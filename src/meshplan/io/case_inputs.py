@@ -62,6 +62,14 @@ _COMPILE_KEYS = ("compiled", "torch_compile", "compile")
 _SWITCH_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 
 
+def _switch(value):
+    """A flag as a case may spell it: a bool, a word (true/yes/on, false/no/off) or an
+    environment variable's 1/0; other values as given, for the plan's validation to name."""
+    if isinstance(value, str):
+        return _SWITCH_WORDS.get(_word(value), {"1": True, "0": False}.get(value.strip(), value))
+    return {1: True, 0: False}.get(value, value) if type(value) is int else value
+
+
 def _fusion(case: dict, par: dict, where: str) -> str | None:
     """The plan's ``fusion`` where the case says how its norms and rotary embeddings ran: a
     ``fusion`` key, whether torch.compile ran (fused) or not (eager), or the framework so
@@ -340,6 +348,14 @@ def case_inputs(case: dict, where: str) -> dict:
     flash = _option(par, "flash_attention", par.get("use_flash_attn"))
     if flash is not None:  # whether the run's attention was flash-fused (Megatron-LM's --use-flash-attn)
         plan["flash_attention"] = _SWITCH_WORDS.get(_word(flash), flash) if isinstance(flash, str) else flash
+    hadamard = _switch(par.get("fp4_hadamard"))
+    disabled = _switch(par.get("nvfp4_disable_rht"))
+    if hadamard is None and isinstance(disabled, bool):  # Transformer Engine's NVTE_NVFP4_DISABLE_RHT
+        hadamard = not disabled
+    elif hadamard is None and disabled is not None:
+        raise MeshplanError(f"{where}.parallelism.nvfp4_disable_rht", disabled, "true or false (1 or 0)")
+    if hadamard is not None:  # NVFP4's Hadamard transform of the weight gradient's operands
+        plan["fp4_hadamard"] = hadamard
     schedule = _option(par, "schedule", par.get("pipeline_schedule"))
     if schedule is not None:  # the pipeline schedule the run names (an extra key)
         plan["schedule"] = _lookup(SCHEDULES, name_key(schedule), _word(schedule))

@@ -27,7 +27,8 @@ csrc/extensions/transpose.cpp). Per element, with ``b`` bytes per low-precision 
   ``nvte_hadamard_transform_amax``), then casts the row-wise copy and, fused with the transform,
   the column-wise one (``nvte_hadamard_transform_cast_fusion_columnwise``): three reads of the
   16-bit tensor and the two copies, ``6 + 2b``, whatever op came before (a norm cannot give the
-  transform's amax).
+  transform's amax). Without the transform (``nvfp4_plain``: Plan.fp4_hadamard off) the per-tensor
+  scale is current scaling's, and so is the cost.
 
 The weights' casts run once per step, not per micro-batch (TE caches them over gradient
 accumulation, ``is_first_microbatch``; with FP8 primary weights only their transpose remains):
@@ -40,7 +41,7 @@ from typing import Literal
 
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
 
-FP8Scaling = Literal["delayed", "current", "block", "nvfp4"]
+FP8Scaling = Literal["delayed", "current", "block", "nvfp4", "nvfp4_plain"]
 
 #: bytes per value of the quantized copies
 LOW_PRECISION_BYTES = {"fp8": 1.0, "fp4": 0.5}
@@ -54,7 +55,7 @@ def cast_bytes_per_element(precision: str, scaling: FP8Scaling, fused: bool) -> 
         return 0.0
     if scaling == "nvfp4":
         return 3.0 * WIDE_BYTES + 2.0 * low
-    if scaling == "current":
+    if scaling in ("current", "nvfp4_plain"):
         return (1.0 if fused else 2.0) * WIDE_BYTES + 2.0 * low
     if fused:
         return max(3.0 * low - WIDE_BYTES, 0.0)

@@ -188,6 +188,10 @@ class Plan(Spec):
     # weight-gradient copies through a random Hadamard transform: Transformer Engine's
     # NVFP4BlockScaling, its only FP4 training recipe) or plain block scales (MXFP4)
     fp4_scaling: Literal["nvfp4", "block"] = "nvfp4"
+    # whether NVFP4 puts the weight gradient's operands through its random Hadamard transform
+    # (Transformer Engine's default; NVTE_NVFP4_DISABLE_RHT=1 turns it off, as NVIDIA's MLPerf
+    # Training v5.1 Llama 3.1 405B configs do)
+    fp4_hadamard: bool = True
     # at most this many NICs of a node (links of a lower-level domain) carry one collective; None:
     # the cluster's rails, every NIC, as NCCL stripes its channels (meshplan.network.span)
     network_rails: Count | None = None
@@ -214,8 +218,11 @@ class Plan(Spec):
 
     @property
     def quant_scaling(self) -> str:
-        """How the plan's low-precision GEMM operands are scaled: fp4_scaling in FP4, else fp8_scaling."""
-        return self.fp4_scaling if self.precision == "fp4" else self.fp8_scaling
+        """How the plan's low-precision GEMM operands are scaled: fp4_scaling in FP4 ("nvfp4_plain":
+        NVFP4 without its Hadamard transform), else fp8_scaling."""
+        if self.precision != "fp4":
+            return self.fp8_scaling
+        return "nvfp4_plain" if self.fp4_scaling == "nvfp4" and not self.fp4_hadamard else self.fp4_scaling
 
     @model_validator(mode="before")
     @classmethod
