@@ -179,6 +179,21 @@ def test_zero_stages_shard_states():
     assert mem[0].total_bytes > mem[1].total_bytes > mem[2].total_bytes > mem[3].total_bytes
 
 
+def test_zero3_reduces_a_layer_of_gradients_at_a_time():
+    """ZeRO-3 / FSDP reduce-scatter each gathered layer's gradients once its backward ends: their
+    buffers hold at most two layers' worth however wide the data-parallel group, where DDP's
+    default bucket grows with it (1M parameters per rank, Megatron-Core)."""
+    def memory(zero_stage, dp):
+        return api.estimate("llama3-8b", "dgx-h100", num_devices=dp, tp=1, zero_stage=zero_stage, global_batch_size=dp,
+                            seq_len=2048, recompute="full").memory
+
+    layer = 4096**2 * (2 + 2 * 8 / 32) + 3 * 4096 * 14336  # q, o, k, v; up, gate, down (218M)
+    # ZeRO-3 reduces its gradients in 16 bits (Plan.grad_reduce_precision)
+    assert memory(3, 64).comm_buffers_bytes == pytest.approx(2 * 2 * 64e6)  # the bucket, under a layer
+    assert memory(3, 4096).comm_buffers_bytes == pytest.approx(2 * 2 * layer, rel=0.01)
+    assert memory(1, 4096).comm_buffers_bytes == pytest.approx(2 * 4 * 4096e6)  # fp32, 4096M a bucket
+
+
 @pytest.mark.parametrize(("state", "state_bytes", "step_bytes"), [
     ("fp32", 12, 30), ("fp32_remainders", 10, 28), ("bf16_moments", 8, 22), ("bf16", 4, 16)])
 def test_adam_state_as_the_optimizer_keeps_it(state, state_bytes, step_bytes):

@@ -292,6 +292,11 @@ def stage_memory(
     if stored is not None:  # the decoder's GEMM weights are stored quantized
         held = low_precision_params / shard if sharded_weights else low_precision_params
         weights -= held * (state.weight - stored)
+    # ZeRO-3 / FSDP reduce-scatter a gathered layer's gradients once its backward ends (FSDP's
+    # per-unit reduce-scatter), so their buffers hold at most a layer's, where the default bucket
+    # grows with the data-parallel width (grad_bucket_params: 8192 ranks, 8.2G parameters)
+    if zero == 3 and plan.grad_bucket_size is None:
+        bucket_params = min(bucket_params, gathered_layer_params)
     bucket = min(trainable, bucket_params) * state.gradient if dp > 1 else 0.0
     optimizer_params = sharded(trainable, expert_trainable, 1)
     optimizer, host_optimizer, host_gradients = optimizer_params * state.optimizer, 0.0, 0.0
