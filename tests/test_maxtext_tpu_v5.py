@@ -55,7 +55,7 @@ def test_the_v5_chips_take_their_datasheets_and_tpu_v4s_kernels():
 
 @pytest.mark.parametrize("group, median_bound, max_bound", [("maxtext_tpu_v5e", 0.08, 0.18), ("maxtext_tpu_v5p", 0.11, 0.25)])
 def test_published_tpu_v5_runs(group, median_bound, max_bound):
-    """Measured at HEAD: v5e median 6.6%, max 16.9% (32B on one slice, slow); v5p median 9.3%,
+    """Measured at HEAD: v5e median 6.6%, max 16.9% (32B on one slice, slow); v5p median 8.6%,
     max 22.8% (512B, slow). The v5e runs lose 7-21% from 1 to 32 slices where the prediction
     stays flat: their data-center-network gradient reduction is hidden under the backward here."""
     errors = [r.relative_error for r in validate(DATA) if r.group == group]

@@ -73,3 +73,37 @@ def test_a_case_names_them_as_megatron_core_does():
     assert (plan["recompute"], plan["selective_recompute"], plan["recompute_modules"]) == ("selective", "modules", ["mlp", "layernorm"])
     case["parallelism"]["activation_recompute"] = "full"  # full granularity ignores the list
     assert case_inputs(case, "c")["plan"]["recompute"] == "full" and "recompute_modules" not in case_inputs(case, "c")["plan"]
+
+
+def test_jax_dots_policy_keeps_the_projections_and_re_runs_the_rest():
+    """JAX's checkpoint_dots_with_no_batch_dims (selective_recompute "dots", MaxText's
+    remat_policy "minimal"): every op but the projections and the lookup re-runs in backward,
+    attention's forward included; a layer keeps its input and its projections' outputs, a row-
+    parallel one split over the sequence-parallel ranks."""
+    dots = dict(recompute="selective", selective_recompute="dots")
+    kind = _kind("llama3-8b", **dots)["dense_layer"]
+    matmuls = {o.op.name for o in kind.ops if o.op.kind == "matmul"}
+    assert matmuls == {"qkv", "proj", "mlp_up", "mlp_down"}
+    assert set(dict(kind.recompute_ops)) == {o.op.name for o in kind.ops} - matmuls
+    assert "attention" in dict(kind.recompute_ops)
+    tokens, width = 8192, 4096
+    kept = tokens * 2 * (width + (4096 + 2 * 1024) + width + 2 * 14336 + width)  # input, qkv, proj, up (gate and up), down
+    assert kind.saved_bytes == pytest.approx(kept, rel=1e-6)
+    none = meshplan.estimate("llama3-8b", "dgx-h100", **BASE)
+    est = meshplan.estimate("llama3-8b", "dgx-h100", **BASE, **dots)
+    full = meshplan.estimate("llama3-8b", "dgx-h100", **BASE, recompute="full")
+    assert none.step_time_s < est.step_time_s < full.step_time_s
+    assert full.memory.activations_bytes < est.memory.activations_bytes < none.memory.activations_bytes
+
+
+@pytest.mark.parametrize("policy, recompute, selective", [("minimal", "selective", "dots"), ("full", "full", "attention"),
+                                                          ("none", "none", "attention")])
+def test_a_case_says_maxtexts_remat_policy(policy, recompute, selective):
+    case = {"model": {"arch": "dense", "num_layers": 2, "hidden_size": 1024, "num_attention_heads": 8, "ffn_hidden_size": 4096,
+                      "vocab_size": 32000}, "hardware": {"cluster": "tpu-v5p-pod", "num_devices": 4},
+            "batch": {"global_batch_sequences": 4, "micro_batch_size": 1, "seq_len": 2048}, "precision": "bf16",
+            "parallelism": {"zero_stage": 3, "activation_recompute": "selective", "remat_policy": policy}}
+    plan = case_inputs(case, "x")["plan"]
+    assert (plan["recompute"], plan["selective_recompute"]) == (recompute, selective)
+    with pytest.raises(meshplan.MeshplanError, match="remat_policy"):
+        case_inputs({**case, "parallelism": {"remat_policy": "save_everything"}}, "x")

@@ -15,7 +15,8 @@ import re
 from meshplan import catalog
 from meshplan.errors import MeshplanError
 from meshplan.io.case_words import (ATTENTION_KERNELS, DISPATCHERS, FFN_TYPES, MOMENT_STATES, PRECISION_ALIASES, PURE_BF16,
-                                    RECOMPUTE_FLAGS, RECOMPUTE_WORDS, SCHEDULES, TP_COMM_OVERLAP, UNFUSED_ATTENTION)
+                                    RECOMPUTE_FLAGS, RECOMPUTE_WORDS, REMAT_POLICIES, SCHEDULES, TP_COMM_OVERLAP,
+                                    UNFUSED_ATTENTION)
 from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.dlrm_scenario import dlrm_framework
@@ -396,6 +397,12 @@ def case_inputs(case: dict, where: str) -> dict:
     modules = _option(par, "recompute_modules", None)
     if modules is not None and plan["recompute"] in ("none", "selective"):  # Megatron-Core reads them under selective granularity only
         plan.update(recompute="selective", selective_recompute="modules", recompute_modules=modules)
+    remat = _option(par, "remat_policy", None)
+    if remat is not None:  # MaxText's name for its recompute policy
+        known = _lookup(REMAT_POLICIES, name_key(remat) if isinstance(remat, str) else remat, None)
+        if known is None:
+            raise MeshplanError(f"{where}.parallelism.remat_policy", remat, f"one of {', '.join(REMAT_POLICIES)} (MaxText's)")
+        plan.update(recompute=known[0], selective_recompute=known[1])
     grad_reduce = _option(par, "overlap_grad_reduce", None)
     if grad_reduce is not None:  # gradients reduced beside the last backward, or after it
         plan["overlap_grad_reduce"] = grad_reduce

@@ -84,6 +84,11 @@ UNFUSED_ATTENTION = {"unfused", "eager", "math", "sdpamath", "coreattention", "n
 MOMENT_STATES = {"bf16": "bf16_moments", "bfloat16": "bf16_moments", "torch.bfloat16": "bf16_moments",
                  "fp32": "fp32", "float32": "fp32", "torch.float32": "fp32"}
 
+#: MaxText's remat_policy (MaxText/layers/models.py, keyed by name_key) as (Plan.recompute,
+#: Plan.selective_recompute): "full" keeps only each layer's input, "minimal" JAX's
+#: checkpoint_dots_with_no_batch_dims, "none" everything
+REMAT_POLICIES = {"full": ("full", "attention"), "minimal": ("selective", "dots"), "none": ("none", "attention")}
+
 #: Megatron-Core's tp_comm_overlap switch as Plan.tp_overlap: userbuffers' ring-exchange GEMMs
 #: pipeline each tensor-parallel collective in chunks, or none does
 TP_COMM_OVERLAP = {True: "pipelined", False: "none"}

@@ -6,7 +6,10 @@ except every second matmul of a transformer block, and recomputes every other op
 (parallelisms/parallelize_llama.py, _save_list and _apply_ac_to_transformer_block, commit
 6b03ffa3, Dec 2024; today's torchtitan/distributed/activation_checkpoint.py SelectiveAC keeps the
 rule). Megatron-Core's fine-grained policy ("modules") re-runs the modules it lists
-(RECOMPUTE_MODULES).
+(RECOMPUTE_MODULES). JAX's jax.checkpoint_policies.checkpoint_dots_with_no_batch_dims ("dots",
+MaxText's remat_policy "minimal", MaxText/layers/models.py) saves the outputs of the matmuls
+whose operands have no batch dimension, the layer's projections, and re-runs every other op:
+norms, activations, residual adds and attention, whose score and value products are batched.
 """
 
 from __future__ import annotations
@@ -77,6 +80,23 @@ def op_recompute_kept_bytes(ops: tuple[ShardedOp, ...], model, layer_input: floa
     return kept
 
 
+def dots_recompute(ops: tuple[ShardedOp, ...]) -> tuple[tuple[str, float], ...]:
+    """What JAX's checkpoint_dots_with_no_batch_dims re-runs in backward: every op but the
+    projections (matmuls) and the embedding lookup, attention's forward included."""
+    return tuple((op.op.name, 1.0) for op in ops if op.op.kind not in ("matmul", "lookup"))
+
+
+def dots_kept_bytes(ops: tuple[ShardedOp, ...], layer_input: float, act_bytes: float, sp_split: int) -> float:
+    """Activations one layer keeps per micro-batch under "dots": its input (the checkpoint's)
+    and every projection's output, a row-parallel one split over the tensor-parallel ranks as
+    its sequence-parallel consumer holds it."""
+    kept = layer_input
+    for op in ops:
+        if op.op.kind == "matmul":
+            kept += op.m * op.n * act_bytes / (sp_split if op.op.shard_dim == "k" else 1)
+    return kept
+
+
 #: Megatron-Core's fine-grained selective recompute (recompute_granularity "selective" with
 #: recompute_modules, TransformerConfig; megatron/core/transformer/transformer_layer.py and
 #: multi_latent_attention.py checkpoint each listed module and discard its output): per module,
@@ -135,6 +155,8 @@ def layer_recompute(plan, model, block, ops: tuple[ShardedOp, ...], x_bytes: flo
     if policy == "op":
         kept = op_recompute_kept_bytes(ops, model, x_bytes / cp / (tp if sp else 1), act_bytes, tp if sp else 1)
         return op_recompute(ops, model), kept, full
+    if policy == "dots":
+        return dots_recompute(ops), dots_kept_bytes(ops, x_bytes / cp / (tp if sp else 1), act_bytes, tp if sp else 1), full
     if policy == "modules":
         return module_recompute(ops, plan.recompute_modules), kept_by(False, module_dropped(ops, plan.recompute_modules)), full
     selective = policy == "attention"

@@ -89,8 +89,10 @@ class Plan(Spec):
     # and every second matmul of a layer; parallel.recompute.op_recompute), or Megatron-Core's
     # fine-grained modules ("modules": the recompute_modules below), or whole blocks ("blocks":
     # fms-fsdp's selective_checkpointing, a share of the blocks checkpointed whole, whose default,
-    # 1, every block, is what is modelled: the same as full)
-    selective_recompute: Literal["attention", "op", "modules", "blocks"] = "attention"
+    # 1, every block, is what is modelled: the same as full), or JAX's policy that keeps the
+    # outputs of the dots without batch dimensions ("dots": the projections kept, everything else
+    # re-run, attention included; MaxText's remat_policy "minimal")
+    selective_recompute: Literal["attention", "op", "modules", "blocks", "dots"] = "attention"
     # Megatron-Core's recompute_modules: the modules "modules" re-runs in backward (its default is
     # the attention core; parallel.recompute.RECOMPUTE_MODULES)
     recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
