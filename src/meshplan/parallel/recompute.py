@@ -89,7 +89,8 @@ def dots_recompute(ops: tuple[ShardedOp, ...]) -> tuple[tuple[str, float], ...]:
 def dots_kept_bytes(ops: tuple[ShardedOp, ...], layer_input: float, act_bytes: float, sp_split: int) -> float:
     """Activations one layer keeps per micro-batch under "dots": its input (the checkpoint's)
     and every projection's output, a row-parallel one split over the tensor-parallel ranks as
-    its sequence-parallel consumer holds it."""
+    its sequence-parallel consumer holds it. An MoE layer's expert GEMMs count as projections
+    here; JAX implementations that batch them over the experts would re-run them (not modelled)."""
     kept = layer_input
     for op in ops:
         if op.op.kind == "matmul":
