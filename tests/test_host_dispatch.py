@@ -154,6 +154,17 @@ def test_blocking_all_to_alls_are_gpu_time_the_host_runs_ahead_of():
     assert [t.backward_s for t in out.values()] == [t.backward_s for t in times.values()]
 
 
+def test_a_paired_forward_issues_beside_the_other_micro_batchs_backward():
+    """Forward: 100 us of dispatch against 30 us of kernels; backward: 300 us against 440. Alone
+    the forward waits 70 us for its host; paired with another micro-batch's backward (one host
+    timeline of 400 us against 470 us of GPU) nothing waits."""
+    times = {"attention": OpTimes(10e-6, 400e-6), "experts_up": OpTimes(20e-6, 40e-6)}
+    alone = host_bound(times, HOST, Issue())
+    paired = host_bound(times, HOST, Issue(), paired=True)
+    assert sum(t.forward_s for t in alone.values()) == pytest.approx(100e-6)
+    assert paired == times
+
+
 def test_a_sync_costs_the_first_dispatch_after_it_where_the_gpu_is_slower():
     """Forward segment from the sync: two expert GEMMs (50 us host, 100 us GPU each), attention
     (50, 300), router (50, 10): the GPU idles only while the first GEMM is issued, 560 us

@@ -177,7 +177,9 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
     gpu_forward_s = sum(t.forward_s for t in ops.values())
     issue = layer_issue(kind, plan, model, blocking) if host is not None and plan is not None else None
     rerun_s = recompute_s(kind.recompute_ops, ops, host, issue)
-    ops = host_bound(ops, host, issue)
+    # the layers whose forward and backward timeline.paired runs together
+    paired = bool(kind.ep_comms) and plan is not None and (plan.ep_overlap == "paired" or plan.schedule == "dualpipe")
+    ops = host_bound(ops, host, issue, paired)
     host_wait_s = sum(t.forward_s for t in ops.values()) - gpu_forward_s
     cp_fwd = sum(comm_s(c) for c in kind.cp_comms)
     cp_bwd = sum(comm_s(c, backward=True) for c in kind.cp_comms)

@@ -80,7 +80,8 @@ def _waits(units: list[tuple[str | None, float, float]], synced: bool) -> dict[s
     return waits
 
 
-def host_bound(times: dict[str, OpTimes], host: HostDispatch | None, issue: Issue | None = None) -> dict[str, OpTimes]:
+def host_bound(times: dict[str, OpTimes], host: HostDispatch | None, issue: Issue | None = None,
+               paired: bool = False) -> dict[str, OpTimes]:
     """A layer's (or the embedding's, or the head's) ``times`` (in forward order) held to the
     host's dispatch of its ops (specs.kernels.HostDispatch): in training the host runs ahead of
     the GPU while the kernels take longer than issuing them; where they take less (small layers,
@@ -92,7 +93,13 @@ def host_bound(times: dict[str, OpTimes], host: HostDispatch | None, issue: Issu
     GPU's side, and with a sync makes the forward what one layer's segment between syncs takes,
     from the first expert op to the next layer's: the host cannot run ahead across layers, and
     where it is the slower part of some ops and the GPU of others, their times add
-    (``issue_bound_s``; a layer kind followed by its own kind, one segment per layer)."""
+    (``issue_bound_s``; a layer kind followed by its own kind, one segment per layer).
+
+    ``paired``: a forward and another micro-batch's backward run together (timeline.paired), so
+    the host issues both in one stream of dispatches and the GPU runs both: one timeline, the
+    backward's long kernels letting the host get ahead for the forward's short ones (without a
+    sync; with one, each pass as alone). The layer's forward or backward alone (a warm-up forward,
+    say) is then held a little short of its own dispatch."""
     if host is None or not times:
         return times
     issue = issue or Issue()
@@ -120,8 +127,15 @@ def host_bound(times: dict[str, OpTimes], host: HostDispatch | None, issue: Issu
     if issue.sync and first is not None:  # the dispatch all-to-all ends the segment, before the sync
         forward = forward[1:] + forward[:1]
     backward = units(names[::-1], host.backward_s, lambda t: t.backward_s, issue.comm_backward_s, last, first)
-    wait_forward = _waits(forward, issue.sync and first is not None)
-    wait_backward = _waits(backward, False)
+    if paired and not (issue.sync and first is not None):
+        def tagged(units, tag):
+            return [((name, tag) if name is not None else None, h, g) for name, h, g in units]
+        waits = _waits(tagged(forward, "f") + tagged(backward, "b"), False)
+        wait_forward = {name: w for (name, tag), w in waits.items() if tag == "f"}
+        wait_backward = {name: w for (name, tag), w in waits.items() if tag == "b"}
+    else:
+        wait_forward = _waits(forward, issue.sync and first is not None)
+        wait_backward = _waits(backward, False)
     if not wait_forward and not wait_backward:
         return times
     return {name: replace(t, forward_s=t.forward_s + wait_forward.get(name, 0.0), backward_s=t.backward_s + wait_backward.get(name, 0.0))

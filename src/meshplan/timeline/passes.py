@@ -85,22 +85,22 @@ def _wait_weights(b: TaskBuilder, signal: str) -> None:
     b.last = name
 
 
-def _prefetched(b: TaskBuilder, gather_s: float, depth: int, ahead: bool) -> tuple[tuple[str, str], ...]:
+def prefetched(b: TaskBuilder, gather_s: float, depth: int, ahead: bool, slot: str = "w") -> tuple[tuple[str, str], ...]:
     """Weights gathered ``depth`` layers ahead: wait for this layer's (signal w0), issue the
     gather of the layer ``depth`` ahead (unless ``ahead`` is False: the last layers), shift the
-    queue of signals w0..w{depth-1}."""
+    queue of signals w0..w{depth-1} (``slot`` names the queue: a paired pass keeps one a chain)."""
     if depth == 0:
         b.blocking("gather", "dp", gather_s, "all_gather")
         return ()
-    issued = b.beside("gather_ahead", "dp", gather_s, (b.last,), "all_gather") if ahead else f"w{depth - 1}"
-    _wait_weights(b, "w0")
-    return tuple((f"w{i}", f"w{i + 1}") for i in range(depth - 1)) + ((f"w{depth - 1}", issued),)
+    issued = b.beside("gather_ahead", "dp", gather_s, (b.last,), "all_gather") if ahead else f"{slot}{depth - 1}"
+    _wait_weights(b, f"{slot}0")
+    return tuple((f"{slot}{i}", f"{slot}{i + 1}") for i in range(depth - 1)) + ((f"{slot}{depth - 1}", issued),)
 
 
-def _prologue(name: str, gather_s: float, depth: int, count: int, stream: str) -> Segment:
+def prologue(name: str, gather_s: float, depth: int, count: int, stream: str, slot: str = "w") -> Segment:
     """The first ``depth`` gathers of a prefetching pass, issued at its start on ``stream``."""
     tasks = tuple(collective(f"{name}.gather.{i}", "dp", gather_s, (), "all_gather", stream) for i in range(min(depth, count)))
-    return Segment(f"{name}.prologue", tasks, tuple((f"w{i}", t.name) for i, t in enumerate(tasks)))
+    return Segment(f"{name}.prologue", tasks, tuple((f"{slot}{i}", t.name) for i, t in enumerate(tasks)))
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ def forward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half |
         parts.append((b.segment("head"), 1))
     if depth and (zero3 or first_micro_batch):
         size = gather if zero3 else dp.param_share_s * layers[0].params if layers else 0.0
-        parts.append((_prologue(name, size, depth, total, overlap.stream("dp")), 1))
+        parts.append((prologue(name, size, depth, total, overlap.stream("dp")), 1))
     for layer, n, ahead in _gathers(counts, depth):
         piece = dp.param_share_s * layer.params if first_micro_batch and not zero3 and dp.param_share_s > 0 else 0.0
         parts.append((_forward_layer(name, layer, overlap, gather if zero3 else piece, depth, ahead), n))
@@ -190,7 +190,7 @@ def _forward_layer(name: str, layer: Layer, overlap: Overlap, gather_s: float, d
     """One layer's forward; ``gather_s`` > 0: its weights are gathered ``depth`` layers ahead
     (or in place, depth 0). Cached: roles share their layer kinds."""
     b = TaskBuilder(f"{name}.{layer.name}", overlap)
-    signals = _prefetched(b, gather_s, depth, ahead) if gather_s > 0 else ()
+    signals = prefetched(b, gather_s, depth, ahead) if gather_s > 0 else ()
     for h in layer.halves:
         forward_half(b, h)
     return b.segment(layer.name, signals)
@@ -202,7 +202,7 @@ def _backward_layer(name: str, layer: Layer, overlap: Overlap, gather_s: float, 
     """One layer's backward: weights gathered ahead (ZeRO-3), the recompute, the halves in
     reverse, then its gradients reduce-scattered (ZeRO-3) or reduced (``reduce_s``)."""
     b = TaskBuilder(f"{name}.{layer.name}", overlap)
-    signals = _prefetched(b, gather_s, depth, ahead) if gather_s > 0 else ()
+    signals = prefetched(b, gather_s, depth, ahead) if gather_s > 0 else ()
     if full_recompute:
         recompute_halves(b, layer.halves)
     for h in reversed(layer.halves):
@@ -235,7 +235,7 @@ def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half 
         parts.append((b.segment("tail"), 1))
     gathers = dp.gather_s * dp.backward_gathers
     if depth and total:
-        parts.append((_prologue(name, gathers, depth, total, overlap.stream("dp")), 1))
+        parts.append((prologue(name, gathers, depth, total, overlap.stream("dp")), 1))
     for layer, n, ahead in _gathers(trained, depth):
         piece = dp.reduce_share_s * layer.params if reduce else 0.0
         segment = _backward_layer(name, layer, overlap, gathers if zero3 else 0.0, depth, ahead, dp.scatter_s if zero3 else 0.0,

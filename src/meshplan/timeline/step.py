@@ -87,7 +87,7 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
     if plan.schedule in ("zb-h1", "dualpipe"):
         out["input_backward"] = backward_pass("bi", layers, head, tail, dp, overlap, full, trains, weights=False)
     if plan.schedule == "dualpipe" or plan.ep_overlap == "paired":
-        out["paired"] = paired_pass("fb", layers, head, tail, overlap, full, trains)
+        out["paired"] = paired_pass("fb", layers, head, tail, dp, overlap, full, trains)
     return out
 
 
@@ -242,6 +242,16 @@ def pipeline_inputs(costed: CostedProgram, passes: list[RolePasses]) -> tuple[li
     return works, p2p_s, overlap_p2p
 
 
+def _critical_role(passes: list[RolePasses]) -> int:
+    """The role with the longest forward + backward. Roles as long as it to rounding (waiting on
+    the same collectives, say) are told apart by their compute, the most first, then by order:
+    composed and unrolled passes round differently, and the breakdown must not follow the noise."""
+    span = [r.forward.time_s + r.backward.time_s for r in passes]
+    longest = max(span)
+    tied = [i for i, t in enumerate(span) if t >= longest * (1.0 - 1e-9)]
+    return max(tied, key=lambda i: (passes[i].forward.compute_s + passes[i].backward.compute_s, -i))
+
+
 def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
     program = costed.program
     s = program.scenario
@@ -269,7 +279,7 @@ def step_estimate(costed: CostedProgram, compose: bool = True) -> Estimate:
 
     # the device that paces the pipeline (the longest forward + backward); its idle time in the
     # step is its bubble
-    critical = max(range(len(passes)), key=lambda i: passes[i].forward.time_s + passes[i].backward.time_s)
+    critical = _critical_role(passes)
     r, times = passes[critical], costed.roles[critical]
     compute_s = m * (r.forward.compute_s + r.backward.compute_s)
     exposed = _exposed(r, m)
