@@ -29,6 +29,20 @@ def test_catalog_moe_parameters(model_id, total, active, rel):
     assert lower(model, 1, 16).params == pytest.approx(model.num_params + model.mtp_params, rel=1e-12)
 
 
+@pytest.mark.parametrize(("model_id", "total", "activated"), [
+    ("deepseek-v2", 236e9, 21e9),  # DeepSeek-V2 (arXiv 2405.04434) abstract: 236B total, 21B activated per token
+    ("deepseek-v2-lite", 15.7e9, 2.4e9),  # ibid. Appendix B: 15.7B total, 2.4B activated
+    ("deepseek-v3", 671e9, 37e9),
+])
+def test_deepseeks_activated_parameters_leave_out_the_input_embedding(model_id, total, activated):
+    """DeepSeek's reports count a token's activated parameters without the input embedding (a
+    lookup, no FLOPs): so counted, the catalog's MLA and MoE dimensions give each published pair,
+    to the two digits printed (V2-Lite's 2.45B is printed 2.4B)."""
+    model = catalog.model(model_id)
+    assert model.num_params == pytest.approx(total, rel=0.005)
+    assert model.active_params - model.vocab_size * model.hidden_size == pytest.approx(activated, rel=0.025)
+
+
 def test_deepseek_v3_multi_token_prediction_weights():
     """DeepSeek-V3's Hugging Face card: 685B in all, 671B of the main model and 14B of the MTP
     module, whose checkpoint keeps its own embedding and output head; meshplan's module (one
