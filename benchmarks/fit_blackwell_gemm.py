@@ -66,14 +66,11 @@ def fit(data: dict | None = None) -> dict[str, GemmKernel]:
 def main() -> None:
     data = yaml.safe_load(DATA.read_text())["fit"]
     shapes = pass_shapes(data["tokens"], data["gemms"])
-    us = lambda s: f"{s * 1e6:.2f} us"  # noqa: E731
     for key, g in fit(data).items():
         precision = key.split("_")[0]
         model = layer_ms(g, chip_of(data["device"], precision), BYTES_PER_ELEMENT[precision], shapes)
         print(f"# {key}: " + ", ".join(f"{p} {model[p]:.3f} ms (measured {data['ms'][key][p]:.3f})" for p in PASSES))
-        print(f"      {key}: {{tile: {list(g.tile)}, split_k: {list(g.split_k)}, sm_fraction: {g.sm_fraction:.4f}, prologue_k: {g.prologue_k:.1f}, "
-              f"wave_quantization: {g.wave_quantization:.3f}, split_reduce_passes: {g.split_reduce_passes:.3f}, launch_s: {us(g.launch_s)}, "
-              f"isolated_floor_s: {us(g.isolated_floor_s)}, isolated_overhead_s: {us(g.isolated_overhead_s)}}}")
+        print(f"      {key}: {g.catalog_line()}")
 
 
 if __name__ == "__main__":

@@ -34,9 +34,7 @@ def main() -> None:
     print("  kernels:")
     print("    gemm:")
     for precision, g in gemms.items():
-        print(f"      {precision}: {{tile: {list(g.tile)}, split_k: {list(g.split_k)}, sm_fraction: {g.sm_fraction:.4f}, prologue_k: {g.prologue_k:.1f}, "
-              f"wave_quantization: {g.wave_quantization:.3f}, split_reduce_passes: {g.split_reduce_passes:.3f}, launch_s: {us(g.launch_s)}, "
-              f"isolated_floor_s: {us(g.isolated_floor_s)}, isolated_overhead_s: {us(g.isolated_overhead_s)}}}")
+        print(f"      {precision}: {g.catalog_line()}")
     print("    attention:")
     print(f"      block_q: {attention.block_q}")
     for name, p in (("forward", attention.forward), ("backward", attention.backward)):

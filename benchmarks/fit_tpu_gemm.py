@@ -71,10 +71,7 @@ def main() -> None:
     for case, e in errors(value, [*cases, PALM]).items():
         print(f"# {case:22s} {e:+7.1%}{'  (fit)' if case in fitted else ''}")
     g = profile(value).efficiency.kernels.gemm_of("bf16")
-    us = lambda s: f"{s * 1e6:.2f} us"  # noqa: E731
-    print(f"      bf16: {{tile: {list(g.tile)}, split_k: {list(g.split_k)}, sm_fraction: {g.sm_fraction:.4f}, prologue_k: {g.prologue_k:.1f}, "
-          f"wave_quantization: {g.wave_quantization:.3f}, split_reduce_passes: {g.split_reduce_passes:.3f}, launch_s: {us(g.launch_s)}, "
-          f"isolated_floor_s: {us(g.isolated_floor_s)}, isolated_overhead_s: {us(g.isolated_overhead_s)}}}")
+    print(f"      bf16: {g.catalog_line()}")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,14 @@ class GemmKernel(Spec):
     isolated_floor_s: Seconds = 0.0  # see KernelModels
     isolated_overhead_s: Seconds = 0.0  # see KernelModels
 
+    def catalog_line(self) -> str:
+        """This kernel as a catalog/efficiency.yaml flow mapping (what the fitting scripts print)."""
+        us = lambda s: f"{s * 1e6:.2f} us"  # noqa: E731
+        return (f"{{tile: {list(self.tile)}, split_k: {list(self.split_k)}, sm_fraction: {self.sm_fraction:.4f}, "
+                f"prologue_k: {self.prologue_k:.1f}, wave_quantization: {self.wave_quantization:.3f}, "
+                f"split_reduce_passes: {self.split_reduce_passes:.3f}, launch_s: {us(self.launch_s)}, "
+                f"isolated_floor_s: {us(self.isolated_floor_s)}, isolated_overhead_s: {us(self.isolated_overhead_s)}}}")
+
     @model_validator(mode="after")
     def _valid(self) -> "GemmKernel":
         if min(self.tile) < 1:
