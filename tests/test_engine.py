@@ -30,7 +30,7 @@ def overlap(**kw) -> Overlap:
 
 
 def no_dp(**kw) -> DataParallel:
-    return DataParallel(**{**dict(gather_s=0.0, backward_gathers=1, scatter_s=0.0, reduce_share_s=0.0, param_share_s=0.0), **kw})
+    return DataParallel(**{**dict(gather_s=0.0, scatter_s=0.0, reduce_share_s=0.0, param_share_s=0.0), **kw})
 
 
 def op(name: str, fwd: float, bwd: float, weight: float = 0.0, kind: str = "elementwise", expert: bool = False) -> Op:
@@ -68,7 +68,7 @@ def test_tensor_parallel_backward(mode, slowdown, expected):
     stream 0.5 x min(2, 8) = 1 after each layer, beside the next layer's all-gather [9,10]: 19. Pipelined in 2 chunks: the all-gather hides in max(8, 1 + 4) = 8; one GEMM
     pipelines one collective, so the reduce-scatter still blocks: 10 per layer."""
     h = half("h", [op("gemm", 4, 8, 5, "matmul")], open_back_s=1.0, close_back_s=2.0, tp_chunks=2)
-    p = backward_pass("b", two_layers(h), None, None, no_dp(), overlap(tp=mode, slowdown=slowdown), False, True)
+    p = backward_pass("b", two_layers(h), None, None, no_dp(), overlap(tp=mode, slowdown=slowdown), True)
     assert schedule_pass(p).time_s == pytest.approx(expected, rel=1e-12)
 
 
@@ -80,7 +80,7 @@ def test_sequence_parallel_input_gathered_again_beside_the_backward(regather, sl
     8 per layer, 16. A 10 s gather holds the layer to 10: 20. Slowdown 0.5 costs the compute
     stream 0.5 x 2 = 1 per layer: 18."""
     h = half("h", [op("gemm", 4, 8, 5, "matmul")], regather_s=regather)
-    p = backward_pass("b", two_layers(h), None, None, no_dp(), overlap(slowdown=slowdown), False, True)
+    p = backward_pass("b", two_layers(h), None, None, no_dp(), overlap(slowdown=slowdown), True)
     assert schedule_pass(p).time_s == pytest.approx(expected, rel=1e-12)
 
 
@@ -112,10 +112,10 @@ def test_gradient_reduce_beside_backward(slowdown, expected):
     reduce [4,7]; [4,8] reduce [8,11] = 11. Slowdown 0.5 adds 1.5 after each compute:
     [0,4] +[4,5.5]; [5.5,9.5] + [9.5,11]; reduce [9.5,12.5] = 12.5."""
     p = backward_pass("b", two_layers(half("h", [op("a", 2, 4)])), None, None, no_dp(reduce_share_s=3.0),
-                      overlap(slowdown=slowdown), False, True, last_micro_batch=True)
+                      overlap(slowdown=slowdown), True, last_micro_batch=True)
     assert schedule_pass(p).time_s == pytest.approx(expected)
     later = backward_pass("b", two_layers(half("h", [op("a", 2, 4)])), None, None, no_dp(reduce_share_s=3.0),
-                          overlap(grad_reduce=False), False, True, last_micro_batch=True)
+                          overlap(grad_reduce=False), True, last_micro_batch=True)
     assert schedule_pass(later).time_s == pytest.approx(8.0)  # not overlapped: the step adds it after
 
 
@@ -242,8 +242,8 @@ def test_expert_all_to_all_paired():
     dispatch' [6,7] beside e [6,8] | combine [8,9] beside a' [8,12]: 12, the compute alone."""
     layer = [Layer("moe", (half("attn", [op("a", 2, 4)]), half("ffn", [op("e", 2, 4, expert=True)], dispatch_s=1.0)), 1, 0, 1.0)]
     alone = schedule_pass(forward_pass("f", layer, None, None, no_dp(), overlap())).time_s
-    alone += schedule_pass(backward_pass("b", layer, None, None, no_dp(), overlap(), False, True)).time_s
-    paired = schedule_pass(paired_pass("fb", layer, None, None, no_dp(), overlap(ep="paired"), False, True)).time_s
+    alone += schedule_pass(backward_pass("b", layer, None, None, no_dp(), overlap(), True)).time_s
+    paired = schedule_pass(paired_pass("fb", layer, None, None, no_dp(), overlap(ep="paired"), True)).time_s
     assert alone == pytest.approx(16.0)
     assert paired == pytest.approx(12.0)
 
@@ -258,8 +258,8 @@ def test_paired_tensor_parallel_collectives_hold_the_compute_stream():
     layer = [Layer("moe", (half("attn", [op("a", 2, 4)], close_s=1.0, open_back_s=1.0),
                            half("ffn", [op("e", 2, 4, expert=True)], dispatch_s=1.0)), 1, 0, 1.0)]
     alone = schedule_pass(forward_pass("f", layer, None, None, no_dp(), overlap())).time_s
-    alone += schedule_pass(backward_pass("b", layer, None, None, no_dp(), overlap(), False, True)).time_s
-    paired = schedule_pass(paired_pass("fb", layer, None, None, no_dp(), overlap(ep="paired"), False, True)).time_s
+    alone += schedule_pass(backward_pass("b", layer, None, None, no_dp(), overlap(), True)).time_s
+    paired = schedule_pass(paired_pass("fb", layer, None, None, no_dp(), overlap(ep="paired"), True)).time_s
     assert alone == pytest.approx(18.0)
     assert paired == pytest.approx(14.0)
 
@@ -274,7 +274,7 @@ def test_paired_pass_gathers_zero3_weights_for_both_micro_batches():
     the gradients' reduce-scatter [14,15]: 15. Before, the paired pass left ZeRO-3 out (12)."""
     layer = [Layer("moe", (half("attn", [op("a", 2, 4)]), half("ffn", [op("e", 2, 4, expert=True)], dispatch_s=1.0)), 1, 0, 1.0)]
     zero3 = no_dp(gather_s=1.0, scatter_s=1.0)
-    paired = schedule_pass(paired_pass("fb", layer, None, None, zero3, overlap(ep="paired"), False, True))
+    paired = schedule_pass(paired_pass("fb", layer, None, None, zero3, overlap(ep="paired"), True))
     assert paired.time_s == pytest.approx(15.0)
     assert paired.exposed_s["dp"] == pytest.approx(3.0)
 
@@ -346,6 +346,8 @@ def _random_plan(rng: random.Random) -> tuple[str, dict]:
     )
     if pp > 1 and rng.random() < 0.3:
         plan["schedule"] = "zb-h1"
+    if plan["recompute"] == "full" and rng.random() < 0.4:  # some layers of each chunk re-run, the rest keep theirs
+        plan["recompute_layers"] = rng.choice([0, 1, 3])
     if pp == 1 and plan["recompute"] == "none":  # Megatron-Core's CPU offload
         plan["activation_offload_layers"] = 4 if dp % 2 == 0 else 1  # (drawing nothing: the other plans stay as they were)
     return model, plan

@@ -48,7 +48,7 @@ _PLAN_FLAGS = {
     "schedule": "schedule", "zero": "zero_stage", "recompute": "recompute", "precision": "precision",
     "sequence_parallel": "sequence_parallel", "strategy": "strategy", "framework": "framework",
     "tp_overlap": "tp_overlap", "ep_overlap": "ep_overlap", "optimizer_offload": "optimizer_offload",
-    "activation_offload": "activation_offload_layers", "fusion": "fusion",
+    "activation_offload": "activation_offload_layers", "fusion": "fusion", "recompute_layers": "recompute_layers",
 }
 
 
@@ -77,6 +77,7 @@ def estimate(
     optimizer_offload: Optional[float] = typer.Option(None, help="Fraction 0-1 of the optimizer state kept in host memory and stepped by the CPU (needs --zero >= 1)."),
     activation_offload: Optional[int] = typer.Option(None, help="Leading layers whose activations wait in host memory between forward and backward (Megatron-Core cpu_offloading_num_layers; pp 1, no recompute)."),
     recompute: Optional[str] = typer.Option(None, help="Activation recompute: none, selective or full."),
+    recompute_layers: Optional[int] = typer.Option(None, help="With full recompute: the layers of each model chunk that re-run, the first ones (Megatron-Core --recompute-method block --recompute-num-layers); the rest keep their activations."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time, GPU-hours, energy and cost."),

@@ -16,7 +16,9 @@ def estimate_table(e: Estimate) -> Table:
         f"{e.model_id} on {format_devices(e.num_devices, e.cluster_id)}  "
         f"tp={p['tp']} pp={p['pp']} dp={p['dp']} cp={p['cp']} ep={p['ep']} vpp={vpp} "
         f"mb={p['micro_batch_size']} gb={p['global_batch_size']} seq={p['seq_len']} "
-        f"zero={p['zero_stage']} recompute={p['recompute']} {p['precision']}"
+        f"zero={p['zero_stage']} recompute={p['recompute']}"
+        + (f" ({p['recompute_layers']} layers a chunk)" if p.get("recompute_layers") is not None else "")
+        + f" {p['precision']}"
         + (" eager" if p.get("fusion") == "eager" else "")
     )
     return metric_table(title, estimate_groups(e))

@@ -232,7 +232,6 @@ def cost_program(program: Program) -> CostedProgram:
     roof = Roofline.of(device, efficiency, s.plan.precision, s.plan.attention_kernel, s.plan.quant_scaling)
     wide = Roofline.of(device, efficiency, "bf16", s.plan.attention_kernel) if s.plan.precision in ("fp8", "fp4") else None
     eb = program.element_bytes
-    full = s.plan.whole_layer_recompute
     power = efficiency.power
     if power is not None and device.tdp_w <= power.idle_w:
         raise MeshplanError("device.tdp_w", device.tdp_w, f"more than the {device.efficiency} profile's idle power ({power.idle_w} W)")
@@ -249,7 +248,7 @@ def cost_program(program: Program) -> CostedProgram:
     dispatched = issued and getattr(s.model, "block", "layer") == "layer" and s.plan.cuda_graphs == "none"
     host = efficiency.kernels.host if efficiency.kernels is not None and dispatched else None
     link = s.cluster.host.link_bytes_per_s if s.cluster.host is not None else None  # activation offload's copies
-    kinds = {name: _kind_times(kind, roof, eb, full, cap, wide, host, s.plan, s.model, link) for name, kind in program.kinds.items()}
+    kinds = {name: _kind_times(kind, roof, eb, kind.recomputed, cap, wide, host, s.plan, s.model, link) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
 

@@ -161,7 +161,6 @@ def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_
     s = program.scenario
     plan, m = s.plan, micro_batches
     t = _Tally(plan.precision, program.element_bytes)
-    full = plan.whole_layer_recompute
     back = 0 if forward_only else 1
     trained_any = back and role.layers > role.frozen_layers
     for name, count, frozen in role.layer_counts:
@@ -175,7 +174,7 @@ def _role_work(program, role, micro_batches: int, forward_only: bool, embedding_
         for comms in (kind.tp_comms, kind.cp_comms, kind.ep_comms):
             t.comms(comms, m * count)
             t.comms(comms, m * trained, backward=True)
-            if full:
+            if kind.recomputed:
                 t.comms(comms, m * trained)
     t.ops(role.tail, m, backward=m * back)
     t.ops(role.head, m, backward=m * back * embedding_trains)

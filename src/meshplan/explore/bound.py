@@ -59,7 +59,7 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
             layer_s = _flop_layer_s(s, best)
         else:
             key = (p.tp, p.cp, p.sequence_parallel, p.expert_tp, p.micro_batch_size, s.seq_len, p.precision,
-                   p.flash_attention, p.recompute, s.task.lora_rank, s.task.lora_targets)
+                   p.flash_attention, p.recompute, _whole_share(s), s.task.lora_rank, s.task.lora_targets)
             if key not in per_shape:
                 per_shape[key] = _layer_s(s, profile)
             layer_s = per_shape[key]
@@ -68,6 +68,26 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
         rows.append((s.num_micro_batches, fill, p.virtual_pipeline_stages, min(s.stage_layers), layer_s))
     m, pp, v, fewest, layer_s = (np.array(col, dtype=float) for col in zip(*rows))
     return (m + (pp - 1.0) / v) * fewest * layer_s
+
+
+def _whole_share(s: Scenario) -> float:
+    """Of the fewest layers a stage holds, the share that re-runs whole in backward: all under
+    whole-layer recompute, the first recompute_layers of each model chunk (Plan.recompute_layers)."""
+    p = s.plan
+    if not p.whole_layer_recompute:
+        return 0.0
+    fewest = max(min(s.stage_layers), 1)
+    if p.recompute_layers is None:
+        return 1.0
+    return min(p.recompute_layers * p.virtual_pipeline_stages, fewest) / fewest
+
+
+def _rerun(s: Scenario, op) -> float:
+    """The share of ``op``'s forward re-run in backward, per layer, at the least."""
+    p = s.plan
+    if p.recompute == "selective" and not p.whole_layer_recompute and not p.flash_attention and op.kind == "attention":
+        return 1.0
+    return _whole_share(s)
 
 
 def _layer_s(s: Scenario, profile) -> float:
@@ -84,8 +104,7 @@ def _layer_s(s: Scenario, profile) -> float:
         seconds = 0.0
         for op in block.ops:
             t = op_times(shard_op(op, p.tp, p.cp, sp, p.expert_tp, p.precision, p.quant_scaling), roof, element)
-            rerun = p.whole_layer_recompute or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
-            seconds += t.forward_s * (2.0 if rerun else 1.0) + t.backward_s
+            seconds += t.forward_s * (1.0 + _rerun(s, op)) + t.backward_s
         cheapest = min(cheapest, seconds)
     return cheapest
 
@@ -95,7 +114,7 @@ def _flop_layer_s(s: Scenario, best: float) -> float:
     p = s.plan
     blocks = lower(s.model, 1, s.seq_len, 2.0, p.flash_attention).blocks
     forward, attention = min((dense_flop(b.ops), dense_flop(b.ops, {"attention"})) for b in blocks)
-    recompute = forward if p.whole_layer_recompute else attention if p.recompute == "selective" and not p.flash_attention else 0.0
+    recompute = forward * _whole_share(s) if p.whole_layer_recompute else attention if p.recompute == "selective" and not p.flash_attention else 0.0
     flop = p.micro_batch_size * (3.0 * forward + recompute) / (p.tp * p.cp)
     return flop / (s.cluster.device.peak(p.precision) * best)
 
@@ -113,7 +132,7 @@ def energy_lower_bounds(scenarios: list[Scenario], time_bounds: np.ndarray) -> n
     for s, bound_s in zip(scenarios, time_bounds):
         p = s.plan
         key = (p.tp, p.cp, p.sequence_parallel, p.expert_tp, p.micro_batch_size, s.seq_len, p.precision,
-               p.flash_attention, p.recompute, p.whole_layer_recompute, s.task.kind)
+               p.flash_attention, p.recompute, _whole_share(s), s.task.kind)
         if key not in per_shape:
             per_shape[key] = _layer_j(s, power)
         dynamic = s.num_micro_batches * min(s.stage_layers) * per_shape[key]
@@ -131,7 +150,6 @@ def _layer_j(s: Scenario, power) -> float:
     for block in blocks:
         tally = WorkTally(p.precision, element)
         for op in block.ops:
-            rerun = p.whole_layer_recompute or (p.recompute == "selective" and not p.flash_attention and op.kind == "attention")
-            tally.add(shard_op(op, p.tp, p.cp, sp, p.expert_tp, p.precision, p.quant_scaling), 1.0 if s.task.kind == "finetune" else 3.0 + rerun)
+            tally.add(shard_op(op, p.tp, p.cp, sp, p.expert_tp, p.precision, p.quant_scaling), 1.0 if s.task.kind == "finetune" else 3.0 + _rerun(s, op))
         cheapest = min(cheapest, tally.energy_j(power))
     return cheapest

@@ -15,8 +15,10 @@ import re
 from meshplan import catalog
 from meshplan.errors import MeshplanError
 from meshplan.io.case_words import (ATTENTION_KERNELS, DISPATCHERS, FFN_TYPES, MOMENT_STATES, PRECISION_ALIASES, PURE_BF16,
-                                    RECOMPUTE_FLAGS, RECOMPUTE_WORDS, REMAT_POLICIES, SCHEDULES, TP_COMM_OVERLAP,
+                                    SCHEDULES, TP_COMM_OVERLAP,
                                     UNFUSED_ATTENTION)
+from meshplan.io.case_fields import lookup as _lookup, option as _option, required as _get, word as _word
+from meshplan.io.case_recompute import recompute_fields, recompute_word
 from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.dlrm_scenario import dlrm_framework
@@ -27,28 +29,6 @@ _MODEL_FIELDS = (
     "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim",
     "ffn_hidden_size", "ffn_type", "vocab_size", "tied_embeddings", "sliding_window", "sliding_window_pattern",
 )
-
-
-def _get(case: dict, path: str, where: str):
-    node = case
-    for key in path.split("."):
-        if not isinstance(node, dict) or node.get(key) is None:  # YAML's null is "not set"
-            raise MeshplanError(f"{where}.{path}", None, "this field is required by the validation schema")
-        node = node[key]
-    return node
-
-
-def _word(value):
-    """A keyword as the schema spells it: text stripped and lower-cased ("BF16", "SwiGLU"); other
-    values as given."""
-    return value.strip().lower() if isinstance(value, str) else value
-
-
-def _option(section: dict, key: str, default):
-    """``section[key]``, or ``default`` where the key is absent or null (YAML's null is "not set":
-    ``virtual_pipeline_stages: null`` is Megatron's None, no interleaving)."""
-    value = section.get(key)
-    return default if value is None else value
 
 
 def _name(value):
@@ -179,16 +159,7 @@ def _zero_stage(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3
 
 
-def _recompute(value):
-    """activation_recompute: none | selective | full, or a yes/no flag (full or none); a word
-    that goes on to say more ("selective (core attention)", "full, uniform") is its first word."""
-    if isinstance(value, bool):
-        return RECOMPUTE_FLAGS[value]
-    word = _word(value)
-    if not isinstance(word, str):
-        return word
-    first = re.split(r"[\s(,;:]+", word, maxsplit=1)[0]
-    return first if first in ("none", "selective", "full") else RECOMPUTE_WORDS.get(first, word)
+
 
 
 #: NeMo's containers whose launcher ran the nemo-launcher preset (catalog/frameworks.yaml: it
@@ -260,13 +231,7 @@ def framework_name(value, source=None) -> str | None:
     return None
 
 
-def _lookup(table: dict, key, default):
-    """``table[key]``, or ``default`` where the key is not there or cannot be (a list or a mapping
-    where the schema wants a word: the plan's validation then names the field and its values)."""
-    try:
-        return table.get(key, default)
-    except TypeError:
-        return default
+
 
 
 def _ep_overlap(value):
@@ -324,7 +289,7 @@ def case_inputs(case: dict, where: str) -> dict:
         "sequence_parallel": _option(par, "sequence_parallel", False),
         "virtual_pipeline_stages": _option(par, "virtual_pipeline_stages", 1),
         "zero_stage": _option(par, "zero_stage", 0),
-        "recompute": _recompute(_option(par, "activation_recompute", "none")),
+        "recompute": recompute_word(_option(par, "activation_recompute", "none")),
         "micro_batch_size": _get(case, "batch.micro_batch_size", where),
         "global_batch_size": _get(case, "batch.global_batch_sequences", where),
         "seq_len": seq_len,
@@ -394,15 +359,7 @@ def case_inputs(case: dict, where: str) -> dict:
     offloaded = _option(par, "activation_offload_layers", par.get("cpu_offloading_num_layers"))
     if offloaded is not None:  # layers whose activations wait in host memory (Megatron-Core's name too)
         plan["activation_offload_layers"] = offloaded
-    modules = _option(par, "recompute_modules", None)
-    if modules is not None and plan["recompute"] in ("none", "selective"):  # Megatron-Core reads them under selective granularity only
-        plan.update(recompute="selective", selective_recompute="modules", recompute_modules=modules)
-    remat = _option(par, "remat_policy", None)
-    if remat is not None:  # MaxText's name for its recompute policy
-        known = _lookup(REMAT_POLICIES, name_key(remat) if isinstance(remat, str) else remat, None)
-        if known is None:
-            raise MeshplanError(f"{where}.parallelism.remat_policy", remat, f"one of {', '.join(REMAT_POLICIES)} (MaxText's)")
-        plan.update(recompute=known[0], selective_recompute=known[1])
+    recompute_fields(par, plan, model_data.get("num_layers"), where)
     grad_reduce = _option(par, "overlap_grad_reduce", None)
     if grad_reduce is not None:  # gradients reduced beside the last backward, or after it
         plan["overlap_grad_reduce"] = grad_reduce

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from meshplan import catalog
 from meshplan.errors import MeshplanError
-from meshplan.io.case_inputs import NODE, _get, _option, _word, case_inputs, dlrm_case_inputs, framework_name
+from meshplan.io.case_fields import option as _option, required as _get, word as _word
+from meshplan.io.case_inputs import NODE, case_inputs, dlrm_case_inputs, framework_name
 from meshplan.io.files import load_yaml_or_json
 from meshplan.io.profile import load_profile
 from meshplan.units import finite_number

@@ -89,6 +89,7 @@ class LayerKind:
     expert_trainable_params: float = 0.0  # of expert_params, likewise
     kv_cache_bytes: float = 0.0  # serving: the cached keys and values one layer reads per pass
     offloaded: bool = False  # its saved activations wait in host memory (Plan.activation_offload_layers)
+    recomputed: bool = False  # it re-runs its whole forward in backward (Plan.whole_layer_recompute)
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,40 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
         expert_low_precision_params=sum(param_share(op, tp, ep, etp) for op in block.ops if op.low_precision and op.expert),
         trainable_params=sum(param_share(op, tp) for op in block.ops if not op.expert and not op.frozen),
         expert_trainable_params=sum(param_share(op, tp, ep, etp) for op in block.ops if op.expert and not op.frozen),
+        recomputed=plan.whole_layer_recompute,
     )
+
+
+def _kept(counts: tuple, recomputed: int, kinds: dict[str, LayerKind]) -> tuple:
+    """``counts`` with the trained layers after the first ``recomputed`` moved to kinds that keep
+    their activations (added to ``kinds``: the same layer, nothing re-run), in layer order
+    (Plan.recompute_layers; Megatron-Core's block method recomputes the first layers)."""
+    left = recomputed
+    out = []
+    for name, n, frozen in counts:
+        stays = min(left, n - frozen)
+        left -= stays
+        kept = n - frozen - stays
+        if n - kept:
+            out.append((name, n - kept, frozen))
+        if kept:
+            name_kept = f"{name} kept"
+            kind = kinds[name]
+            kinds.setdefault(name_kept, replace(kind, name=name_kept, recompute_ops=(), saved_bytes=kind.full_saved_bytes, recomputed=False))
+            out.append((name_kept, kept, 0))
+    return tuple(out)
+
+
+def zero3_gathers_per_layer(plan, layers_per_device: int) -> float:
+    """ZeRO-3 weight gathers a decoder layer takes per micro-batch, on average over the device's
+    layers: before its forward and its backward, and again before the recompute of the layers
+    that re-run (Plan.recompute_layers of each model chunk, or all)."""
+    if not plan.whole_layer_recompute:
+        return 2.0
+    if plan.recompute_layers is None:
+        return 3.0
+    units = max(layers_per_device, 1)
+    return 2.0 + min(plan.recompute_layers * plan.virtual_pipeline_stages, units) / units
 
 
 def _offloaded(counts: tuple, layers: int, kinds: dict[str, LayerKind]) -> tuple:
@@ -297,6 +331,8 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     for name, stage, stages, counts in stage_roles(s, graph.blocks, frozen_total):
         if plan.activation_offload_layers and phase is None:
             counts = _offloaded(counts, plan.activation_offload_layers, kinds)
+        if plan.whole_layer_recompute and plan.recompute_layers is not None and phase is None:
+            counts = _kept(counts, plan.recompute_layers * v, kinds)
         role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase, cast_weights)
         roles.append(role)
         expert_trainable = sum(kinds[k].expert_trainable_params * (n - f) for k, n, f in counts)
@@ -395,7 +431,7 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             expert_trainable=expert_trainable,
             layer_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts if not kinds[k].offloaded],
             offloaded_activations=[(kinds[k].saved_bytes, n - f) for k, n, f in counts if kinds[k].offloaded],
-            recompute_buffer=max((kinds[k].full_saved_bytes for k, n, f in counts if n > f), default=0.0) if plan.whole_layer_recompute else 0.0,
+            recompute_buffer=max((kinds[k].full_saved_bytes for k, n, f in counts if n > f and kinds[k].recomputed), default=0.0),
             head_activations=0.0 if freeze_embedding else sum(saved_bytes(op.saved, tp, cp, sp, False) for op in head_ops),
             # and the largest backward transient of its ops (one loss's gradients at a time)
             tail_activations=sum(saved_bytes(op.saved, tp, cp, sp, False) for op in tail_ops)
@@ -467,7 +503,7 @@ def _data_parallel_comms(plan, state: StateBytes, worst: dict, spans: dict, laye
             # ZeRO-3 / FSDP: weights gathered before every forward that runs (recompute
             # included) and before backward, gradients reduce-scattered, per micro-batch, one
             # unit per decoder layer (FSDP wraps each block; DeepSpeed gathers per module)
-            gathers = 3 if plan.whole_layer_recompute else 2
+            gathers = zero3_gathers_per_layer(plan, layers_per_device)
             units = float(max(layers_per_device, 1))
             zero3 += [Comm(axis, "all_gather", weights / units, units * gathers, zero3_span)]
             if trainable > 0:

@@ -88,14 +88,19 @@ class Plan(Spec):
     # or torchtitan's per-op policy ("op": every op but matmuls, attention and reduce-scatters,
     # and every second matmul of a layer; parallel.recompute.op_recompute), or Megatron-Core's
     # fine-grained modules ("modules": the recompute_modules below), or whole blocks ("blocks":
-    # fms-fsdp's selective_checkpointing, a share of the blocks checkpointed whole, whose default,
-    # 1, every block, is what is modelled: the same as full), or JAX's policy that keeps the
+    # fms-fsdp's selective_checkpointing, a share of the blocks checkpointed whole: every block,
+    # its default, as full does, or recompute_layers of them), or JAX's policy that keeps the
     # outputs of the dots without batch dimensions ("dots": the projections kept, everything else
     # re-run, attention included; MaxText's remat_policy "minimal")
     selective_recompute: Literal["attention", "op", "modules", "blocks", "dots"] = "attention"
     # Megatron-Core's recompute_modules: the modules "modules" re-runs in backward (its default is
     # the attention core; parallel.recompute.RECOMPUTE_MODULES)
     recompute_modules: tuple[RecomputeModule, ...] = ("core_attn",)
+    # with whole-layer recompute (full, or selective blocks): how many decoder layers of each
+    # model chunk re-run in backward, the first ones; the rest keep their activations
+    # (Megatron-Core's --recompute-method block --recompute-num-layers; torchtitan's layer
+    # checkpointing every k-th block and fms-fsdp's share of blocks read as a count). None: all
+    recompute_layers: Natural | None = None
     precision: TrainPrecision = "bf16"
     flash_attention: bool = True
     # which flash-attention generation runs (None: the newest the device family runs, the one its
@@ -308,8 +313,9 @@ class Plan(Spec):
 
     @property
     def whole_layer_recompute(self) -> bool:
-        """Whether every decoder layer re-runs its whole forward in backward, keeping only its
-        input: full recompute, or selective recompute of whole blocks (selective_recompute)."""
+        """Whether decoder layers re-run their whole forward in backward, keeping only their input:
+        full recompute, or selective recompute of whole blocks (selective_recompute); every layer,
+        or the first ``recompute_layers`` of each model chunk."""
         return self.recompute == "full" or (self.recompute == "selective" and self.selective_recompute == "blocks")
 
     @property

@@ -153,6 +153,10 @@ def make_scenario(
         _check_offload(p, cluster, task or Task())
     if p.activation_offload_layers:
         _check_activation_offload(p, model, cluster, task or Task())
+    if p.recompute_layers is not None and not p.whole_layer_recompute:
+        raise MeshplanError("plan.recompute_layers", p.recompute_layers,
+                            f"applies to whole-layer recompute: recompute full (or selective with selective_recompute blocks), not {p.recompute!r}"
+                            + (f" with {p.selective_recompute!r}" if p.recompute == "selective" else ""))
     if p.zero_shard_size is not None:
         if dp % p.zero_shard_size:
             raise MeshplanError("plan.zero_shard_size", p.zero_shard_size, f"must divide dp ({dp})")

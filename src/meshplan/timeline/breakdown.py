@@ -44,7 +44,6 @@ def by_collective(costed: CostedProgram, role_index: int, micro_batches: int, ex
     program = costed.program
     s = program.scenario
     role, times = program.roles[role_index], costed.roles[role_index]
-    full = s.plan.whole_layer_recompute
     total: dict[str, float] = defaultdict(float)
     per_axis: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 
@@ -60,7 +59,7 @@ def by_collective(costed: CostedProgram, role_index: int, micro_batches: int, ex
             add(comm.axis, BACKWARD_OF[comm.kind], micro_batches * backward)
             if regathered(comm, s.plan):
                 add(comm.axis, comm.kind, micro_batches * (layers - frozen) * comm_s(comm))
-            if full and comm.axis in ("tp", "ep"):
+            if kind.recomputed and comm.axis in ("tp", "ep"):
                 add(comm.axis, comm.kind, micro_batches * (layers - frozen) * comm_s(comm))
     for comm in (*role.head_comms, *role.tail_comms):
         add(comm.axis, comm.kind, micro_batches * comm_s(comm))

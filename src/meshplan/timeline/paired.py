@@ -27,12 +27,15 @@ def _groups(tasks: list[Task]) -> list[list[Task]]:
 @dataclass(frozen=True)
 class Gathers:
     """ZeRO-3 in a paired pass: each chain gathers its layer's weights ``depth`` layers ahead
-    (one queue of signals a chain), and the backward reduce-scatters each layer's gradients."""
+    (one queue of signals a chain; a recomputed layer's backward gathers twice), and the
+    backward reduce-scatters each layer's gradients."""
 
-    forward_s: float = 0.0
-    backward_s: float = 0.0
+    gather_s: float = 0.0
     scatter_s: float = 0.0
     depth: int = 0
+
+    def backward_s(self, layer: Layer) -> float:
+        return self.gather_s * (2 if layer.recompute else 1)
 
 
 def _weights(b: TaskBuilder, gather_s: float, depth: int, ahead: bool, slot: str) -> tuple[tuple[str, str], ...]:
@@ -40,15 +43,15 @@ def _weights(b: TaskBuilder, gather_s: float, depth: int, ahead: bool, slot: str
 
 
 def _forward_chain(b: TaskBuilder, layer: Layer, g: Gathers, ahead: bool) -> tuple[tuple[str, str], ...]:
-    signals = _weights(b, g.forward_s, g.depth, ahead, "wf")
+    signals = _weights(b, g.gather_s, g.depth, ahead, "wf")
     for h in layer.halves:
         forward_half(b, h)
     return signals
 
 
-def _backward_chain(b: TaskBuilder, layer: Layer, g: Gathers, ahead: bool, full_recompute: bool) -> tuple[tuple[str, str], ...]:
-    signals = _weights(b, g.backward_s, g.depth, ahead, "wb")
-    if full_recompute:
+def _backward_chain(b: TaskBuilder, layer: Layer, g: Gathers, ahead: bool) -> tuple[tuple[str, str], ...]:
+    signals = _weights(b, g.backward_s(layer), g.depth, ahead, "wb")
+    if layer.recompute:
         recompute_halves(b, layer.halves)
     for h in reversed(layer.halves):
         backward_half(b, h)
@@ -57,7 +60,7 @@ def _backward_chain(b: TaskBuilder, layer: Layer, g: Gathers, ahead: bool, full_
     return signals
 
 
-def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bool, gathers: Gathers = Gathers(),
+def paired_segment(name: str, layer: Layer, overlap: Overlap, gathers: Gathers = Gathers(),
                    ahead: tuple[bool, bool] = (True, True)) -> Segment:
     """One layer's forward of one micro-batch and its backward of another, interleaved so each
     all-to-all runs beside the other micro-batch's compute (DeepSeek-V3 Sec. 3.2.1, Fig. 4:
@@ -66,7 +69,7 @@ def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bo
     f = TaskBuilder(f"{name}.f", overlap, chain="xf")
     signals = _forward_chain(f, layer, gathers, ahead[0])
     bw = TaskBuilder(f"{name}.b", overlap, chain="xb")
-    signals += _backward_chain(bw, layer, gathers, ahead[1], full_recompute)
+    signals += _backward_chain(bw, layer, gathers, ahead[1])
     # issue order as Megatron-Core's combined 1F1B runs a layer (model_chunk_schedule_plan.py,
     # TransformerLayerSchedulePlan.run): the backward's combine before the forward's attention,
     # the backward's expert MLP before the forward's dispatch, so each stream's order is
@@ -94,13 +97,13 @@ def paired_segment(name: str, layer: Layer, overlap: Overlap, full_recompute: bo
 
 
 def paired_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, dp: DataParallel, overlap: Overlap,
-                full_recompute: bool, embedding_trains: bool) -> Pass:
+                embedding_trains: bool) -> Pass:
     """A forward and a backward of two micro-batches run together (DualPipe's "F&B"): layers
     with expert all-to-all are paired; the rest run one chain after the other. Under ZeRO-3
     each chain gathers its layers' weights as an ordinary pass does (passes.forward_pass and
     backward_pass), from its own queue."""
     zero3 = dp.gather_s > 0
-    gathers = Gathers(dp.gather_s, dp.gather_s * dp.backward_gathers, dp.scatter_s, overlap.prefetch) if zero3 else Gathers()
+    gathers = Gathers(dp.gather_s, dp.scatter_s, overlap.prefetch) if zero3 else Gathers()
     parts: list[tuple[Segment, int]] = []
 
     def chain(label: str, chain_name: str, build) -> None:
@@ -122,8 +125,10 @@ def paired_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | 
     totals = {c: sum(n for k, _, n in runs if c in k) for c in "fb"}
     if zero3 and gathers.depth:
         stream = overlap.stream("dp")
-        parts.append((prologue(f"{name}.f", gathers.forward_s, gathers.depth, totals["f"], stream, "wf"), 1))
-        parts.append((prologue(f"{name}.b", gathers.backward_s, gathers.depth, totals["b"], stream, "wb"), 1))
+        parts.append((prologue(f"{name}.f", gathers.gather_s, gathers.depth, totals["f"], stream, "wf"), 1))
+        first = next((layer for k, layer, _ in runs if "b" in k), None)
+        if first is not None:
+            parts.append((prologue(f"{name}.b", gathers.backward_s(first), gathers.depth, totals["b"], stream, "wb"), 1))
     seen = dict.fromkeys("fb", 0)
     for kind, layer, n in runs:
         # each chain's last ``depth`` layers gather nothing ahead: cut the run where that starts
@@ -131,7 +136,7 @@ def paired_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | 
         bounds = sorted({0, n, *ahead.values()})
         for lo, hi in zip(bounds, bounds[1:]):
             flags = {c: lo < ahead[c] for c in kind}
-            parts.append((_run_segment(f"{name}.{layer.name}", kind, layer, overlap, full_recompute, gathers, flags), hi - lo))
+            parts.append((_run_segment(f"{name}.{layer.name}", kind, layer, overlap, gathers, flags), hi - lo))
         for c in kind:
             seen[c] += n
     if tail:
@@ -141,14 +146,14 @@ def paired_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | 
     return Pass(name, tuple(parts))
 
 
-def _run_segment(name: str, kind: str, layer: Layer, overlap: Overlap, full_recompute: bool, gathers: Gathers,
+def _run_segment(name: str, kind: str, layer: Layer, overlap: Overlap, gathers: Gathers,
                  ahead: dict[str, bool]) -> Segment:
     """One layer of a run: paired ("fb"), or the forward or the backward chain alone."""
     if kind == "fb":
-        return paired_segment(name, layer, overlap, full_recompute, gathers, (ahead["f"], ahead["b"]))
+        return paired_segment(name, layer, overlap, gathers, (ahead["f"], ahead["b"]))
     b = TaskBuilder(f"{name}.{kind}", overlap, chain=f"x{kind}")
     if kind == "f":
         signals = _forward_chain(b, layer, gathers, ahead["f"])
     else:
-        signals = _backward_chain(b, layer, gathers, ahead["b"], full_recompute)
+        signals = _backward_chain(b, layer, gathers, ahead["b"])
     return b.segment(layer.name, signals)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from meshplan.costs.costed import CostedProgram, comm_s
-from meshplan.parallel.program import Role
+from meshplan.parallel.program import Role, zero3_gathers_per_layer
 from meshplan.timeline.engine import Pass, Segment, Task, collective
 from meshplan.timeline.halves import Half, Overlap, TaskBuilder, backward_half, forward_half, recompute_halves
 
@@ -47,8 +47,7 @@ from meshplan.timeline.halves import Half, Overlap, TaskBuilder, backward_half, 
 class DataParallel:
     """Per-layer data-parallel work of one role (seconds of one collective each)."""
 
-    gather_s: float  # ZeRO-3: one gather of one layer's weights
-    backward_gathers: int  # ZeRO-3: gathers per layer in backward (2 with full recompute)
+    gather_s: float  # ZeRO-3: one gather of one layer's weights (a recomputed layer's backward takes two)
     scatter_s: float  # ZeRO-3: one layer's gradient reduce-scatter
     reduce_share_s: float  # ZeRO 0-2: the step's gradient reduction per trainable parameter
     param_share_s: float  # distributed optimizer: the step's parameter all-gather per parameter
@@ -65,13 +64,13 @@ def step_reduce_gather_s(program) -> tuple[float, float]:
 def data_parallel(costed: CostedProgram, role: Role) -> DataParallel:
     program = costed.program
     plan = program.scenario.plan
-    gathers = 3 if plan.whole_layer_recompute else 2
-    units = float(max(max(program.scenario.stage_layers), 1))
+    layers = max(program.scenario.stage_layers)
+    gathers = zero3_gathers_per_layer(plan, layers)
+    units = float(max(layers, 1))
     reduce_s, gather_s = step_reduce_gather_s(program)
     trainable = role.trainable_params or 1.0
     return DataParallel(
         gather_s=costed.zero3_gather_s / (units * gathers) if costed.zero3_gather_s else 0.0,
-        backward_gathers=gathers - 1,
         scatter_s=costed.zero3_scatter_s / units if costed.zero3_scatter_s else 0.0,
         reduce_share_s=reduce_s / trainable,
         param_share_s=gather_s / trainable,
@@ -112,6 +111,7 @@ class Layer:
     count: int
     frozen: int
     params: float  # trainable weights per layer, for the data-parallel shares
+    recompute: bool = False  # re-runs its whole forward in backward (LayerKind.recomputed)
 
 
 def _gathers(layers: list[tuple[Layer, int]], depth: int):
@@ -198,12 +198,13 @@ def _forward_layer(name: str, layer: Layer, overlap: Overlap, gather_s: float, d
 
 @lru_cache(maxsize=512)
 def _backward_layer(name: str, layer: Layer, overlap: Overlap, gather_s: float, depth: int, ahead: bool, scatter_s: float,
-                    reduce_s: float, full_recompute: bool, weights: bool) -> Segment:
-    """One layer's backward: weights gathered ahead (ZeRO-3), the recompute, the halves in
-    reverse, then its gradients reduce-scattered (ZeRO-3) or reduced (``reduce_s``)."""
+                    reduce_s: float, weights: bool) -> Segment:
+    """One layer's backward: weights gathered ahead (ZeRO-3), the recompute (a layer that re-runs
+    whole), the halves in reverse, then its gradients reduce-scattered (ZeRO-3) or reduced
+    (``reduce_s``)."""
     b = TaskBuilder(f"{name}.{layer.name}", overlap)
     signals = prefetched(b, gather_s, depth, ahead) if gather_s > 0 else ()
-    if full_recompute:
+    if layer.recompute:
         recompute_halves(b, layer.halves)
     for h in reversed(layer.halves):
         backward_half(b, h, weights)
@@ -215,7 +216,7 @@ def _backward_layer(name: str, layer: Layer, overlap: Overlap, gather_s: float, 
 
 
 def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | None, dp: DataParallel, overlap: Overlap,
-                  full_recompute: bool, embedding_trains: bool, last_micro_batch: bool = False, weights: bool = True) -> Pass:
+                  embedding_trains: bool, last_micro_batch: bool = False, weights: bool = True) -> Pass:
     """One micro-batch backward through the trained layers (frozen ones take no backward),
     last layer first. ``last_micro_batch``: each layer's gradients are reduced beside the
     backward of the layers before it (bucketed, Megatron-Core and PyTorch DDP; only the last
@@ -233,13 +234,12 @@ def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half 
         if reduce:
             b.beside("reduce", "dp", dp.reduce_share_s * _edge_params(tail), (b.last,), "reduce_scatter")
         parts.append((b.segment("tail"), 1))
-    gathers = dp.gather_s * dp.backward_gathers
-    if depth and total:
-        parts.append((prologue(name, gathers, depth, total, overlap.stream("dp")), 1))
+    if depth and total:  # the first layers' gathers, a recomputed layer's for its re-run too
+        parts.append((prologue(name, backward_gathers_s(dp, trained[0][0]), depth, total, overlap.stream("dp")), 1))
     for layer, n, ahead in _gathers(trained, depth):
         piece = dp.reduce_share_s * layer.params if reduce else 0.0
-        segment = _backward_layer(name, layer, overlap, gathers if zero3 else 0.0, depth, ahead, dp.scatter_s if zero3 else 0.0,
-                                  piece, full_recompute, weights)
+        segment = _backward_layer(name, layer, overlap, backward_gathers_s(dp, layer) if zero3 else 0.0, depth, ahead,
+                                  dp.scatter_s if zero3 else 0.0, piece, weights)
         parts.append((segment, n))
     if head and embedding_trains:
         b = TaskBuilder(f"{name}.head", overlap)
@@ -248,6 +248,12 @@ def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half 
             b.beside("reduce", "dp", dp.reduce_share_s * _edge_params(head), (b.last,), "reduce_scatter")
         parts.append((b.segment("head"), 1))
     return Pass(name, tuple(parts))
+
+
+def backward_gathers_s(dp: DataParallel, layer: Layer) -> float:
+    """ZeRO-3: what gathering a layer's weights for its backward takes, twice for a layer that
+    re-runs its forward first (FSDP gathers again for the recompute)."""
+    return dp.gather_s * (2 if layer.recompute else 1)
 
 
 def _edge_params(h: Half) -> float:

@@ -62,17 +62,17 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
     role = program.roles[index]
     overlap = Overlap.of(costed)
     layers = [
-        Layer(k, layer_halves(costed, k), n, f, program.kinds[k].trainable_params + program.kinds[k].expert_trainable_params)
+        Layer(k, layer_halves(costed, k), n, f, program.kinds[k].trainable_params + program.kinds[k].expert_trainable_params,
+              program.kinds[k].recomputed)
         for k, n, f in role.layer_counts
     ]
     head, tail = edge_halves(costed, index)
     dp = data_parallel(costed, role)
-    full = plan.whole_layer_recompute
     trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
     out = {"forward": forward_pass("f", layers, head, tail, dp, overlap)}
     if forward_only:
         return out
-    out["backward"] = backward_pass("b", layers, head, tail, dp, overlap, full, trains)
+    out["backward"] = backward_pass("b", layers, head, tail, dp, overlap, trains)
     if plan.virtual_pipeline_stages == 1 and _gather_ahead_s(costed):
         # without interleaving Megatron-Core does not align the gathers across stages: each
         # stage dispatches its first bucket from its first forward's pre-hook and waits for it
@@ -83,11 +83,11 @@ def pass_plans(costed: CostedProgram, index: int, forward_only: bool = False) ->
         out["first_forward"] = first_forward_pass("f0", layers, head, tail, dp, overlap, bucket,
                                                   min(bucket, role.trainable_params))
     if overlap.grad_reduce and dp.reduce_share_s > 0:
-        out["last_backward"] = backward_pass("bl", layers, head, tail, dp, overlap, full, trains, last_micro_batch=True)
+        out["last_backward"] = backward_pass("bl", layers, head, tail, dp, overlap, trains, last_micro_batch=True)
     if plan.schedule in ("zb-h1", "dualpipe"):
-        out["input_backward"] = backward_pass("bi", layers, head, tail, dp, overlap, full, trains, weights=False)
+        out["input_backward"] = backward_pass("bi", layers, head, tail, dp, overlap, trains, weights=False)
     if plan.schedule == "dualpipe" or plan.ep_overlap == "paired":
-        out["paired"] = paired_pass("fb", layers, head, tail, dp, overlap, full, trains)
+        out["paired"] = paired_pass("fb", layers, head, tail, dp, overlap, trains)
     return out
 
 
