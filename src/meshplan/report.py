@@ -232,8 +232,14 @@ def _s(value) -> str:
 def _plan_cells(r: dict) -> tuple[str, ...]:
     return (
         str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["cp"]), str(r["micro_batch_size"]),
-        str(r["virtual_pipeline_stages"]), r["recompute"], str(r["zero_stage"]), "y" if r["sequence_parallel"] else "n",
+        str(r["virtual_pipeline_stages"]), _recompute_cell(r), str(r["zero_stage"]), "y" if r["sequence_parallel"] else "n",
     )
+
+
+def _recompute_cell(r: dict) -> str:
+    """The recompute, and how many layers of each chunk re-run where not all do ("full 4")."""
+    layers = r.get("recompute_layers")
+    return r["recompute"] if layers is None else f"{r['recompute']} {layers}"
 
 
 _PLAN_HEAD = ("tp", "pp", "dp", "cp", "mb", "vpp", "recompute", "zero", "sp")

@@ -39,7 +39,7 @@ from meshplan.timeline.step import step_estimate
 #: plan knobs reported per row, in this order
 PLAN_COLUMNS = (
     "tp", "pp", "dp", "cp", "ep", "micro_batch_size", "virtual_pipeline_stages", "schedule", "recompute",
-    "zero_stage", "sequence_parallel",
+    "recompute_layers", "zero_stage", "sequence_parallel",
 )
 
 
@@ -54,7 +54,7 @@ ROW_COLUMNS = (
 #: the type of each column, for stores (a column may be None where a plan does not fit)
 ROW_TYPES = {
     **dict.fromkeys(("tp", "pp", "dp", "cp", "ep", "micro_batch_size", "virtual_pipeline_stages", "zero_stage",
-                     "num_devices", "global_batch_size", "seq_len"), "int64"),
+                     "num_devices", "global_batch_size", "seq_len", "recompute_layers"), "int64"),
     "schedule": "string", "recompute": "string", "sequence_parallel": "bool", "fits": "bool",
     **dict.fromkeys(("step_time_s", "tokens_per_s", "mfu", "memory_bytes", "compute_s", "bubble_s", "optimizer_s",
                      "exposed_tp_s", "exposed_cp_s", "exposed_ep_s", "exposed_pp_s", "exposed_dp_s", "energy_j",

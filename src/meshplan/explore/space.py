@@ -16,7 +16,7 @@ from pydantic import Field
 
 from meshplan.errors import MeshplanError
 from meshplan.specs import Cluster, Plan, Scenario, Task, TransformerModel, make_scenario
-from meshplan.specs.base import Count, Spec
+from meshplan.specs.base import Count, Natural, Spec
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.plan import Recompute, Schedule
 from meshplan.specs.strategy import Strategy
@@ -38,6 +38,9 @@ class SearchSpace(Spec):
     virtual_pipeline_stages: NonEmpty[Count] = [1, 2, 3, 4]
     schedule: NonEmpty[Schedule] = ["1f1b"]
     recompute: NonEmpty[Recompute] = ["none", "selective", "full"]
+    # under full recompute, the layers of each model chunk that re-run (Plan.recompute_layers);
+    # None: every layer
+    recompute_layers: NonEmpty[Natural | None] = [None]
     zero_stage: NonEmpty[Annotated[int, Field(ge=0, le=3)]] = [0, 1, 2, 3]
     sequence_parallel: NonEmpty[bool] = [False, True]
 
@@ -99,6 +102,8 @@ def expand(
             point["recompute"] = "none"  # flash attention keeps no scores: nothing to recompute
         if point["recompute"] == "selective" and base.selective_recompute == "blocks":
             point["recompute"] = "full"  # whole blocks, every one of them: full recompute
+        if point["recompute"] != "full":
+            point["recompute_layers"] = None  # only whole-layer recompute re-runs some layers
         key = tuple(point.values())
         if key in seen:
             continue
