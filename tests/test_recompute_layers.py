@@ -144,3 +144,18 @@ def test_a_search_finds_the_fewest_layers_to_recompute_that_fit():
                         meshplan.specs.Plan(**plan))
     for bound, s in zip(lower_bounds(candidates.scenarios), candidates.scenarios):
         assert bound <= meshplan.estimate(model, cluster, s.plan.model_dump(), 32).step_time_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("framework, again", [("deepspeed", True), ("torchtitan", False), ("fms-fsdp", False),
+                                              ("megatron-core", False)])
+def test_only_deepspeed_gathers_again_for_the_recompute(framework, again):
+    """DeepSpeed's ZeRO-3 fetches a module's weights in the recompute's forward hooks and releases
+    them after, so the backward fetches them again: three gathers a recomputed layer. PyTorch
+    FSDP's pre-forward skips the unshard during the backward (FSDPState._pre_forward at
+    TrainingState.PRE_BACKWARD), and Megatron-FSDP's finds the weights gathered: two."""
+    def gathers(**plan):
+        s = api.scenario("llama3-8b", "dgx-h100", {**BASE, "pp": 1, "global_batch_size": 16, "zero_stage": 3,
+                                                   "framework": framework, **plan}, 16)
+        return cost_program(build_program(s)).zero3_gather_s
+    none, full = gathers(recompute="none"), gathers(recompute="full")
+    assert full == pytest.approx(none * (1.5 if again else 1.0), rel=1e-12)

@@ -231,8 +231,9 @@ def _kept(counts: tuple, recomputed: int, kinds: dict[str, LayerKind]) -> tuple:
 def zero3_gathers_per_layer(plan, layers_per_device: int) -> float:
     """ZeRO-3 weight gathers a decoder layer takes per micro-batch, on average over the device's
     layers: before its forward and its backward, and again before the recompute of the layers
-    that re-run (Plan.recompute_layers of each model chunk, or all)."""
-    if not plan.whole_layer_recompute:
+    that re-run (Plan.recompute_layers of each model chunk, or all) where the framework gathers
+    for it (Plan.zero3_recompute_gather)."""
+    if not plan.whole_layer_recompute or not plan.zero3_recompute_gather:
         return 2.0
     if plan.recompute_layers is None:
         return 3.0

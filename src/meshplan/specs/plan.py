@@ -136,6 +136,12 @@ class Plan(Spec):
     # (DeepSpeed's stage3_max_live_parameters; a module larger than it is still gathered whole);
     # None: whole layers, the one in use and the one prefetched (FSDP wraps each block)
     zero3_live_params: float | None = Field(default=None, gt=0)
+    # ZeRO-3 gathers a recomputed layer's weights again for its re-run, a third gather a layer
+    # (DeepSpeed: its pre-forward hooks fetch them in the recompute, its post-forward ones
+    # release them before the backward fetches them); PyTorch FSDP and Megatron-FSDP gather
+    # twice, their recompute running on the weights the pre-backward hook gathered (framework
+    # presets say which)
+    zero3_recompute_gather: bool = True
     tp_overlap: TPOverlap = "none"  # tensor-parallel collectives: blocking, bulk (backward), pipelined
     # sequence parallelism keeps each half's first GEMM input as its shard and all-gathers it
     # again in backward for the weight gradient, beside the input gradient (Korthikanti et al.

@@ -27,15 +27,17 @@ def _groups(tasks: list[Task]) -> list[list[Task]]:
 @dataclass(frozen=True)
 class Gathers:
     """ZeRO-3 in a paired pass: each chain gathers its layer's weights ``depth`` layers ahead
-    (one queue of signals a chain; a recomputed layer's backward gathers twice), and the
-    backward reduce-scatters each layer's gradients."""
+    (one queue of signals a chain; a recomputed layer's backward gathers twice where the
+    framework gathers for the recompute), and the backward reduce-scatters each layer's
+    gradients."""
 
     gather_s: float = 0.0
     scatter_s: float = 0.0
     depth: int = 0
+    recompute_gather: bool = True
 
     def backward_s(self, layer: Layer) -> float:
-        return self.gather_s * (2 if layer.recompute else 1)
+        return self.gather_s * (2 if layer.recompute and self.recompute_gather else 1)
 
 
 def _weights(b: TaskBuilder, gather_s: float, depth: int, ahead: bool, slot: str) -> tuple[tuple[str, str], ...]:
@@ -103,7 +105,7 @@ def paired_pass(name: str, layers: list[Layer], head: Half | None, tail: Half | 
     each chain gathers its layers' weights as an ordinary pass does (passes.forward_pass and
     backward_pass), from its own queue."""
     zero3 = dp.gather_s > 0
-    gathers = Gathers(dp.gather_s, dp.scatter_s, overlap.prefetch) if zero3 else Gathers()
+    gathers = Gathers(dp.gather_s, dp.scatter_s, overlap.prefetch, dp.recompute_gather) if zero3 else Gathers()
     parts: list[tuple[Segment, int]] = []
 
     def chain(label: str, chain_name: str, build) -> None:

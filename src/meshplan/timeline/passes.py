@@ -47,10 +47,11 @@ from meshplan.timeline.halves import Half, Overlap, TaskBuilder, backward_half, 
 class DataParallel:
     """Per-layer data-parallel work of one role (seconds of one collective each)."""
 
-    gather_s: float  # ZeRO-3: one gather of one layer's weights (a recomputed layer's backward takes two)
+    gather_s: float  # ZeRO-3: one gather of one layer's weights
     scatter_s: float  # ZeRO-3: one layer's gradient reduce-scatter
     reduce_share_s: float  # ZeRO 0-2: the step's gradient reduction per trainable parameter
     param_share_s: float  # distributed optimizer: the step's parameter all-gather per parameter
+    recompute_gather: bool = True  # ZeRO-3: a recomputed layer's backward gathers twice (Plan.zero3_recompute_gather)
 
 
 def step_reduce_gather_s(program) -> tuple[float, float]:
@@ -74,6 +75,7 @@ def data_parallel(costed: CostedProgram, role: Role) -> DataParallel:
         scatter_s=costed.zero3_scatter_s / units if costed.zero3_scatter_s else 0.0,
         reduce_share_s=reduce_s / trainable,
         param_share_s=gather_s / trainable,
+        recompute_gather=plan.zero3_recompute_gather,
     )
 
 
@@ -252,8 +254,8 @@ def backward_pass(name: str, layers: list[Layer], head: Half | None, tail: Half 
 
 def backward_gathers_s(dp: DataParallel, layer: Layer) -> float:
     """ZeRO-3: what gathering a layer's weights for its backward takes, twice for a layer that
-    re-runs its forward first (FSDP gathers again for the recompute)."""
-    return dp.gather_s * (2 if layer.recompute else 1)
+    re-runs its forward first where the framework gathers again for the recompute."""
+    return dp.gather_s * (2 if layer.recompute and dp.recompute_gather else 1)
 
 
 def _edge_params(h: Half) -> float:
