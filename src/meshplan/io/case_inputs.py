@@ -14,11 +14,10 @@ import re
 
 from meshplan import catalog
 from meshplan.errors import MeshplanError
-from meshplan.io.case_words import (ATTENTION_KERNELS, DISPATCHERS, FFN_TYPES, MOMENT_STATES, PRECISION_ALIASES, PURE_BF16,
-                                    SCHEDULES, TP_COMM_OVERLAP,
-                                    UNFUSED_ATTENTION)
 from meshplan.io.case_fields import lookup as _lookup, option as _option, required as _get, word as _word
 from meshplan.io.case_recompute import recompute_fields, recompute_word
+from meshplan.io.case_words import (ATTENTION_KERNELS, DISPATCHERS, FFN_TYPES, MOMENT_STATES, PRECISION_ALIASES, PURE_BF16,
+                                    SCHEDULES, TP_COMM_OVERLAP, UNFUSED_ATTENTION)
 from meshplan.io.recipes import name_key, recipe_switches
 from meshplan.specs.dlrm import DLRMModel
 from meshplan.specs.dlrm_scenario import dlrm_framework
@@ -159,9 +158,6 @@ def _zero_stage(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3
 
 
-
-
-
 #: NeMo's containers whose launcher ran the nemo-launcher preset (catalog/frameworks.yaml: it
 #: turned cuDNN attention off from 24.01 to 24.07); NeMo 1.x is the toolkit version they carried
 _NEMO_LAUNCHER_CONTAINERS = ((24, 1), (24, 7))
@@ -229,9 +225,6 @@ def framework_name(value, source=None) -> str | None:
         if name in catalog.frameworks():
             return name
     return None
-
-
-
 
 
 def _ep_overlap(value):
