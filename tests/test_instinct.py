@@ -31,18 +31,21 @@ def _rccl_points() -> list[tuple[float, float, float]]:
     return out
 
 
-def test_mi300x_all_reduce_from_32_mib_within_6_percent_of_rccl():
-    """The Infinity Fabric level's efficiency is the 8 GB point's (0.708 of 448 GB/s); from 32 MiB
-    to 8 GiB the curve is met within 6% (5.7% at 32 MiB today). Below that RCCL's calls cost about
-    three times what NCCL's tuning tables give (45 us at 1 KiB against 15 us), which the model
-    does not know: it is faster there, by up to 3.4x, and never slower."""
+def test_mi300x_all_reduce_within_15_percent_of_rccl_but_at_mid_sizes():
+    """The Infinity Fabric level's efficiency is the 8 GB point's (0.708 of 448 GB/s), its call
+    cost (36 us, every protocol) and LL bandwidth (36 GB/s) fitted on the 1 KiB point and the
+    64-256 KiB slope: RCCL starts a call in about 45 us, where NCCL's tables say 7. Every size is
+    then met within 15% but 512 KiB-2 MiB, where the model takes NCCL's tree with LL128 and is
+    17-31% fast (RCCL's choice there is not published); never slower by more than 5%. With NCCL's
+    call costs every all-reduce under 32 MiB was up to 3.4x fast."""
     points = _rccl_points()
     assert len(points) == 24
     for size, measured, model in points:
-        if size >= 32 * 2**20:
-            assert model == pytest.approx(measured, rel=0.06), size
+        if 512 * 2**10 <= size <= 2 * 2**20:
+            assert measured < model < 1.35 * measured, size
         else:
-            assert model >= measured * 0.97, size
+            assert abs(model - measured) <= 0.15 * measured + 0.005, size  # the table prints to 0.01 GB/s
+        assert model >= 0.95 * measured, size
 
 
 def test_amds_mi325x_runs_within_15_percent():

@@ -104,10 +104,15 @@ def _step_s(hop: LevelHop, family: str, protocol: str) -> float:
 
 def _call_s(family: str, protocol: str, span: GroupSpan) -> float:
     """A call's fixed cost: the measured LL call of the span's levels where each has one (the
-    largest; NetworkLevel.ll_call_s), else NCCL's tuning table."""
+    largest; NetworkLevel.ll_call_s), else the measured call of every protocol where each level
+    has one (NetworkLevel.call_s: a library slower to start a call than NCCL), else NCCL's
+    tuning table."""
     calls = [h.fabric.ll_call_s for h in span.hops]
     if protocol == "LL" and all(c is not None for c in calls):
         return max(calls)
+    fixed = [h.fabric.call_s for h in span.hops]
+    if all(c is not None for c in fixed):
+        return max(fixed)
     return base_latency_s(family, protocol)
 
 

@@ -54,6 +54,7 @@ class Fabric:
     coll_channels: int = 24
     ll_call_s: float | None = None
     ll_step_s: float | None = None
+    call_s: float | None = None
 
 
 def fabric(level: NetworkLevel, index: int) -> Fabric:
@@ -61,7 +62,8 @@ def fabric(level: NetworkLevel, index: int) -> Fabric:
     link = level.link or ("nvlink" if index == 0 and level.size is not None else "network")
     return Fabric(level.topology, link, level.oversubscription, level.leaf_domains, level.torus_dims,
                   level.group_domains, level.global_taper, level.in_network_reduction,
-                  level.reduction_efficiency, level.ll_bytes_per_s, level.nvls_channels, level.coll_channels, level.ll_call_s, level.ll_step_s)
+                  level.reduction_efficiency, level.ll_bytes_per_s, level.nvls_channels, level.coll_channels, level.ll_call_s, level.ll_step_s,
+                  level.call_s)
 
 
 def torus_group_dims(dims: tuple[int, ...], members: int) -> tuple[int, ...]:

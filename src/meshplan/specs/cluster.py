@@ -69,6 +69,9 @@ class NetworkLevel(Spec):
     # None: NCCL's tuning.cc table (baseLatencies, hwLatencies), which is one for every GPU
     ll_call_s: Seconds | None = None
     ll_step_s: Seconds | None = None
+    # a collective call's measured fixed cost over this level, every protocol and algorithm, where
+    # the library's calls cost more than NCCL's tuning tables say (RCCL); None: NCCL's tables
+    call_s: Seconds | None = None
 
     @model_validator(mode="after")
     def _topology_fields(self) -> "NetworkLevel":
