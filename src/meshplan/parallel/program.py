@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from meshplan.costs.collectives import AUTO, CollectiveKind, GroupSpan, NcclChoice, group_span
 from meshplan.errors import MeshplanError
 from meshplan.network.span import capped_rails
+from meshplan.parallel.activation_layers import kept_counts, offloaded_counts
 from meshplan.parallel.dispatch import dispatch_buffers, dispatch_spans
 from meshplan.parallel.forced import forced_collectives
 from meshplan.parallel.memory import (
@@ -23,7 +24,7 @@ from meshplan.parallel.memory import (
     stage_memory, state_bytes_per_param,
 )
 from meshplan.parallel.mesh import axis_span, expert_mesh, pipeline_neighbour_span, weight_replicas
-from meshplan.parallel.recompute import layer_recompute
+from meshplan.parallel.recompute import layer_recompute, zero3_gathers_per_layer
 from meshplan.parallel.roles import stage_roles
 from meshplan.parallel.shard import (ShardedOp, param_share, saved_bytes, shard_op, with_autocast_weights, with_dequantized_base,
                                      with_grad_accumulation)
@@ -208,58 +209,6 @@ def _kind(scenario: Scenario, block: Block, x_bytes: float, spans: dict[str, Gro
     )
 
 
-def _kept(counts: tuple, recomputed: int, kinds: dict[str, LayerKind]) -> tuple:
-    """``counts`` with the trained layers after the first ``recomputed`` moved to kinds that keep
-    their activations (added to ``kinds``: the same layer, nothing re-run), in layer order
-    (Plan.recompute_layers; Megatron-Core's block method recomputes the first layers)."""
-    left = recomputed
-    out = []
-    for name, n, frozen in counts:
-        stays = min(left, n - frozen)
-        left -= stays
-        kept = n - frozen - stays
-        if n - kept:
-            out.append((name, n - kept, frozen))
-        if kept:
-            name_kept = f"{name} kept"
-            kind = kinds[name]
-            kinds.setdefault(name_kept, replace(kind, name=name_kept, recompute_ops=(), saved_bytes=kind.full_saved_bytes, recomputed=False))
-            out.append((name_kept, kept, 0))
-    return tuple(out)
-
-
-def zero3_gathers_per_layer(plan, layers_per_device: int) -> float:
-    """ZeRO-3 weight gathers a decoder layer takes per micro-batch, on average over the device's
-    layers: before its forward and its backward, and again before the recompute of the layers
-    that re-run (Plan.recompute_layers of each model chunk, or all) where the framework gathers
-    for it (Plan.zero3_recompute_gather)."""
-    if not plan.whole_layer_recompute or not plan.zero3_recompute_gather:
-        return 2.0
-    if plan.recompute_layers is None:
-        return 3.0
-    units = max(layers_per_device, 1)
-    return 2.0 + min(plan.recompute_layers * plan.virtual_pipeline_stages, units) / units
-
-
-def _offloaded(counts: tuple, layers: int, kinds: dict[str, LayerKind]) -> tuple:
-    """``counts`` with the first ``layers`` trained layers moved to offloaded kinds (added to
-    ``kinds``: the same layer, its saved activations in host memory), in layer order. Only trained
-    layers keep activations to offload; Megatron-Core offloads fewer layers than the model has,
-    so a stage keeps at least one layer on the device."""
-    left = min(layers, sum(n - f for _, n, f in counts) - 1)
-    out = []
-    for name, n, frozen in counts:
-        moved = max(0, min(left, n - frozen))
-        left -= moved
-        if n - moved:
-            out.append((name, n - moved, frozen))
-        if moved:
-            offloaded = f"{name} offloaded"
-            kinds.setdefault(offloaded, replace(kinds[name], name=offloaded, offloaded=True))
-            out.append((offloaded, moved, 0))
-    return tuple(out)
-
-
 def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     """One training micro-batch on each device role, or (an inference task) one serving
     ``phase``: the batch of one replica, forward only, logits for the last position only."""
@@ -331,9 +280,9 @@ def build_program(scenario: Scenario, phase: Phase | None = None) -> Program:
     worst = {"params": 0.0, "trainable": 0.0, "expert": 0.0, "expert_trainable": 0.0, "stored": 0.0, "expert_stored": 0.0}
     for name, stage, stages, counts in stage_roles(s, graph.blocks, frozen_total):
         if plan.activation_offload_layers and phase is None:
-            counts = _offloaded(counts, plan.activation_offload_layers, kinds)
+            counts = offloaded_counts(counts, plan.activation_offload_layers, kinds)
         if plan.whole_layer_recompute and plan.recompute_layers is not None and phase is None:
-            counts = _kept(counts, plan.recompute_layers * v, kinds)
+            counts = kept_counts(counts, plan.recompute_layers * v, kinds)
         role = _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_embedding, state, phase, cast_weights)
         roles.append(role)
         expert_trainable = sum(kinds[k].expert_trainable_params * (n - f) for k, n, f in counts)

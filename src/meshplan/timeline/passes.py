@@ -38,7 +38,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from meshplan.costs.costed import CostedProgram, comm_s
-from meshplan.parallel.program import Role, zero3_gathers_per_layer
+from meshplan.parallel.program import Role
+from meshplan.parallel.recompute import zero3_gathers_per_layer
 from meshplan.timeline.engine import Pass, Segment, Task, collective
 from meshplan.timeline.halves import Half, Overlap, TaskBuilder, backward_half, forward_half, recompute_halves
 
