@@ -162,7 +162,7 @@ def power_capped(times: dict[str, OpTimes], ops: tuple[ShardedOp, ...], roof: Ro
     return out
 
 
-def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool, cap=None, wide: Roofline | None = None,
+def _kind_times(kind, roof: Roofline, element_bytes: float, cap=None, wide: Roofline | None = None,
                 host: HostDispatch | None = None, plan=None, model=None, host_link: float | None = None) -> KindTimes:
     ops = {op.op.name: op_times(op, roof, element_bytes, wide) for op in kind.ops}
     if cap is not None:
@@ -200,9 +200,9 @@ def _kind_times(kind, roof: Roofline, element_bytes: float, full_recompute: bool
         backward_s=sum(t.backward_s for t in ops.values()),
         recompute_s=rerun_s,
         tp_forward_s=tp_fwd,
-        tp_backward_s=tp_bwd + (tp_fwd if full_recompute else 0.0),
+        tp_backward_s=tp_bwd + (tp_fwd if kind.recomputed else 0.0),
         ep_forward_s=ep_fwd,
-        ep_backward_s=ep_bwd + (ep_fwd if full_recompute else 0.0),
+        ep_backward_s=ep_bwd + (ep_fwd if kind.recomputed else 0.0),
         cp_forward_s=cp_fwd,
         cp_backward_s=cp_bwd,
         cp_exposed_forward_s=max(0.0, cp_fwd - attention.forward_s),
@@ -248,7 +248,7 @@ def cost_program(program: Program) -> CostedProgram:
     dispatched = issued and getattr(s.model, "block", "layer") == "layer" and s.plan.cuda_graphs == "none"
     host = efficiency.kernels.host if efficiency.kernels is not None and dispatched else None
     link = s.cluster.host.link_bytes_per_s if s.cluster.host is not None else None  # activation offload's copies
-    kinds = {name: _kind_times(kind, roof, eb, kind.recomputed, cap, wide, host, s.plan, s.model, link) for name, kind in program.kinds.items()}
+    kinds = {name: _kind_times(kind, roof, eb, cap, wide, host, s.plan, s.model, link) for name, kind in program.kinds.items()}
     pp_s = 2.0 * program.pp_sends_per_micro_batch * comm_s(program.pp_comm) if program.pp_comm else 0.0
     embedding_trains = not (s.task.kind == "finetune" and s.task.freeze_embedding)
 
