@@ -31,6 +31,7 @@ from meshplan import catalog
 from meshplan.costs.compute import Roofline
 from meshplan.costs.costed import op_times
 from meshplan.costs.power import WorkTally
+from meshplan.parallel.recompute import whole_recompute_share
 from meshplan.parallel.shard import shard_op
 from meshplan.specs import Scenario
 from meshplan.specs.device import BYTES_PER_ELEMENT, activation_bytes
@@ -71,15 +72,8 @@ def lower_bounds(scenarios: list[Scenario]) -> np.ndarray:
 
 
 def _whole_share(s: Scenario) -> float:
-    """Of the fewest layers a stage holds, the share that re-runs whole in backward: all under
-    whole-layer recompute, the first recompute_layers of each model chunk (Plan.recompute_layers)."""
-    p = s.plan
-    if not p.whole_layer_recompute:
-        return 0.0
-    fewest = max(min(s.stage_layers), 1)
-    if p.recompute_layers is None:
-        return 1.0
-    return min(p.recompute_layers * p.virtual_pipeline_stages, fewest) / fewest
+    """Of the fewest layers a stage holds, the share that re-runs whole in backward."""
+    return whole_recompute_share(s.plan, min(s.stage_layers))
 
 
 def _rerun(s: Scenario, op) -> float:

@@ -164,14 +164,19 @@ def layer_recompute(plan, model, block, ops: tuple[ShardedOp, ...], x_bytes: flo
     return ((("attention", 1.0),) if selective and not plan.flash_attention else ()), kept_by(drop_scores=selective), full
 
 
+def whole_recompute_share(plan, layers: int) -> float:
+    """Of a device's ``layers``, the share that re-runs whole in backward: none, all under
+    whole-layer recompute, or the first recompute_layers of each model chunk (Plan.recompute_layers)."""
+    if not plan.whole_layer_recompute:
+        return 0.0
+    if plan.recompute_layers is None:
+        return 1.0
+    units = max(layers, 1)
+    return min(plan.recompute_layers * plan.virtual_pipeline_stages, units) / units
+
+
 def zero3_gathers_per_layer(plan, layers_per_device: int) -> float:
     """ZeRO-3 weight gathers a decoder layer takes per micro-batch, on average over the device's
     layers: before its forward and its backward, and again before the recompute of the layers
-    that re-run (Plan.recompute_layers of each model chunk, or all) where the framework gathers
-    for it (Plan.zero3_recompute_gather)."""
-    if not plan.whole_layer_recompute or not plan.zero3_recompute_gather:
-        return 2.0
-    if plan.recompute_layers is None:
-        return 3.0
-    units = max(layers_per_device, 1)
-    return 2.0 + min(plan.recompute_layers * plan.virtual_pipeline_stages, units) / units
+    that re-run where the framework gathers for it (Plan.zero3_recompute_gather)."""
+    return 2.0 + (whole_recompute_share(plan, layers_per_device) if plan.zero3_recompute_gather else 0.0)
