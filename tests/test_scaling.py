@@ -131,3 +131,19 @@ def test_mlperf_v51_llama31_405b_in_nvfp4():
     gb200 = [rows[f"mlperf51_{s}_llama31_405b"].relative_error for s in ("tyche_ngpu512", "hsg_ngpu2560", "hsg_ngpu5120")]
     assert all(0.20 < e < 0.35 for e in gb200) and max(gb200) - min(gb200) < 0.03
     assert abs(rows["mlperf51_theia_ngpu512_llama31_405b"].relative_error) <= 0.12
+
+
+def test_llama3_405b_on_8k_and_16k_h100s():
+    """The Llama 3 paper's 405B pre-training at 8,192 and 16,384 H100s (Table 4; Meta's RoCE
+    cluster, whose 1:7 oversubscription between pods of 3,072 GPUs its data-parallel rings cross
+    without meeting the bound), held out: -10% and -2%. From 8K to 16K GPUs the measured
+    throughput per GPU falls 7% (430 to 400 TFLOP/s) as each pipeline gets half the micro-batches;
+    the predicted one falls 15%."""
+    rows = validate(Path(__file__).parent / "data" / "llama3_herd.yaml")
+    assert len(rows) == 2 and all(r.error is None and r.fits and abs(r.relative_error) <= 0.12 for r in rows)
+    small, large = sorted(rows, key=lambda r: r.measured_step_time_s)[::-1]
+    # the GPU-seconds a batch takes, 16K over 8K GPUs: the TFLOP/s ratio inverted
+    measured, predicted = (2 * large.measured_step_time_s / small.measured_step_time_s,
+                           2 * large.predicted_step_time_s / small.predicted_step_time_s)
+    assert measured == pytest.approx(430 / 400, rel=1e-3)
+    assert 1.0 < predicted and predicted == pytest.approx(measured, rel=RATIO_TOLERANCE)
