@@ -29,7 +29,7 @@ QWEN = {
 #: the switches recipes.yaml may set: each is a key meshplan.io.case_inputs reads
 READ_KEYS = {"cross_entropy_loss_fusion", "moe_token_dispatcher_type", "moe_a2a_overlap", "exp_avg_dtype", "cuda_graphs", "cpu_offloading_num_layers", "use_megatron_fsdp",
              "recompute_modules", "fp8_param_gather", "fp4_param_gather", "mtp_num_layers", "expert_tensor_parallel_size",
-             "overlap_grad_reduce", "pipeline_model_parallel_layout", "tp_comm_overlap"}
+             "overlap_grad_reduce", "pipeline_model_parallel_layout", "tp_comm_overlap", "fp8_dot_product_attention"}
 
 
 #: every Megatron-Bridge run fuses its loss with Transformer Engine's kernel (recipes.yaml's first
@@ -154,10 +154,26 @@ def test_deepseek_v3_trains_its_mtp_module_keeps_experts_whole_and_lays_the_pipe
 def test_nvl72_mxfp8_moe_recipes_replay_the_iteration_as_cuda_graphs_from_26_06():
     qwen30 = changed(QWEN, model__name="Qwen3-30B-A3B", hardware__cluster="gb200-nvl72", precision="mxfp8",
                      source="Megatron-Bridge docs/performance-summary.md, NeMo container 26.06")
-    assert recipe_switches(qwen30)[0] == {**LOSS, "cuda_graphs": "full", "moe_a2a_overlap": True, "fp8_param_gather": True}
+    assert recipe_switches(qwen30)[0] == {**LOSS, "cuda_graphs": "full", "moe_a2a_overlap": True, "fp8_param_gather": True,
+                                          "fp8_dot_product_attention": True}
     for changes in ({"source": "Megatron-Bridge, NeMo container 26.04.01"}, {"hardware__cluster": "dgx-h100"},
                     {"precision": "bf16"}, {"model__name": "Llama 3 70B"}):
         assert "cuda_graphs" not in recipe_switches(changed(qwen30, **changes))[0]
+
+
+def test_the_mxfp8_moe_recipes_run_attention_in_fp8_but_deepseek_v3_on_gb200():
+    """Tag v0.5.0's *_FP8_MX configs and the perf recipes after them set fp8_dot_product_attention
+    for GPT-OSS, Qwen3 and DeepSeek-V3 on GB300; DeepSeek-V3's GB200 recipe keeps the helper's
+    default, 16-bit attention."""
+    base = changed(QWEN, hardware__cluster="gb300-nvl72", precision="mxfp8",
+                   source="Megatron-Bridge docs/performance-summary.md, NeMo container 26.08")
+    for model in ("Qwen3-30B-A3B", "Qwen3-235B-A22B", "gpt-oss-120b", "DeepSeek-V3"):
+        case = changed(base, model__name=model)
+        assert recipe_switches(case)[0].get("fp8_dot_product_attention") is True, model
+        assert case_inputs(case, "c")["plan"]["fp8_attention"] is True
+    on_gb200 = changed(base, model__name="DeepSeek-V3", hardware__cluster="gb200-nvl72")
+    assert "fp8_dot_product_attention" not in recipe_switches(on_gb200)[0] and recipe_switches(on_gb200)[0]["cuda_graphs"] == "full"
+    assert "fp8_attention" not in case_inputs(on_gb200, "c")["plan"]
 
 
 def test_llama3_70b_fsdp_recipes_offload_activations_by_system_and_precision():

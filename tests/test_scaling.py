@@ -101,7 +101,28 @@ def test_mlperf_v51_llama31_8b_on_nvl72_racks():
     work, -5%, once each of the ring's 4 steps is an attention call with its own fixed cost (23-25%
     fast while the ring was one call)."""
     rows = {r.id: r for r in validate(Path(__file__).parent / "data" / "mlperf_v51_llama31_8b.yaml")}
-    assert len(rows) == 4 and all(r.error is None and abs(r.relative_error) <= 0.08 for r in rows.values())
+    bf16_attention = {k: r for k, r in rows.items() if "ngpu8_" not in k}
+    assert len(bf16_attention) == 4 and all(r.error is None and abs(r.relative_error) <= 0.08 for r in bf16_attention.values())
+
+
+def test_mlperf_v51_llama31_8b_in_nvfp4_with_fp8_attention():
+    """The 8-GPU submissions, held out: NVFP4 GEMMs and attention in FP8 (FP8_DPA). GB300 -1.1%;
+    GB200 +11.3%, NVFP4 on GB200 being the known miss (the 405B's rows below). With attention
+    timed in 16 bits, as meshplan could only time it before, they were +21.4% and +9.5%."""
+    import copy
+
+    from meshplan.io.validation_cases import run_case
+
+    cases = yaml.safe_load((Path(__file__).parent / "data" / "mlperf_v51_llama31_8b.yaml").read_text())
+    rows = {c["id"]: (c, run_case(copy.deepcopy(c), 0)) for c in cases if "ngpu8_" in c["id"]}
+    assert set(rows) == {"mlperf51_tyche_ngpu8_llama31_8b", "mlperf51_theia_ngpu8_llama31_8b"}
+    assert abs(rows["mlperf51_theia_ngpu8_llama31_8b"][1].relative_error) <= 0.05
+    assert 0.0 < rows["mlperf51_tyche_ngpu8_llama31_8b"][1].relative_error <= 0.15
+    for case, result in rows.values():
+        in_16_bits = copy.deepcopy(case)
+        in_16_bits["parallelism"]["fp8_dpa"] = 0
+        slower = run_case(in_16_bits, 0).predicted_step_time_s / result.predicted_step_time_s
+        assert 1.07 < slower < 1.15, case["id"]
 
 
 def test_gradient_bucket_size_is_read_and_fewer_larger_buckets_pay_less_latency():

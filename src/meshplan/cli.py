@@ -49,6 +49,7 @@ _PLAN_FLAGS = {
     "sequence_parallel": "sequence_parallel", "strategy": "strategy", "framework": "framework",
     "tp_overlap": "tp_overlap", "ep_overlap": "ep_overlap", "optimizer_offload": "optimizer_offload",
     "activation_offload": "activation_offload_layers", "fusion": "fusion", "recompute_layers": "recompute_layers",
+    "fp8_attention": "fp8_attention",
 }
 
 
@@ -79,6 +80,7 @@ def estimate(
     recompute: Optional[str] = typer.Option(None, help="Activation recompute: none, selective or full."),
     recompute_layers: Optional[int] = typer.Option(None, help="With full recompute: the layers of each model chunk that re-run, the first ones (Megatron-Core --recompute-method block --recompute-num-layers); the rest keep their activations."),
     precision: Optional[str] = typer.Option(None, help="fp32, bf16, fp16, fp8 or fp4."),
+    fp8_attention: Optional[bool] = typer.Option(None, "--fp8-attention/--no-fp8-attention", help="With fp8 or fp4: dot-product attention in FP8 too (Transformer Engine's fp8_dpa); otherwise it runs in 16 bits."),
     sequence_parallel: Optional[bool] = typer.Option(None, "--sequence-parallel/--no-sequence-parallel"),
     train_tokens: Optional[float] = typer.Option(None, help="Tokens to train, for time, GPU-hours, energy and cost."),
     pue: Optional[float] = typer.Option(None, help="Power usage effectiveness of the data center (default 1.0: IT energy)."),

@@ -19,6 +19,7 @@ def estimate_table(e: Estimate) -> Table:
         f"zero={p['zero_stage']} recompute={p['recompute']}"
         + (f" ({p['recompute_layers']} layers a chunk)" if p.get("recompute_layers") is not None else "")
         + f" {p['precision']}"
+        + (" (attention fp8)" if p.get("fp8_attention") else "")
         + (" eager" if p.get("fusion") == "eager" else "")
     )
     return metric_table(title, estimate_groups(e))

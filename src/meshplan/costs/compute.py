@@ -24,15 +24,33 @@ from meshplan.costs.kernels import (
 )
 from meshplan.errors import MeshplanError
 from meshplan.specs.device import Device, Efficiency
-from meshplan.specs.kernels import AttentionPass, KernelModels
+from meshplan.specs.kernels import AttentionKernel, AttentionPass, KernelModels
 
 __all__ = ["Roofline", "gemm_traffic_bytes", "attention_precision"]
 
 
-def attention_precision(precision: str) -> str:
+def attention_precision(precision: str, fp8: bool = False) -> str:
     """Attention runs in 16 bits when the GEMMs run in fp8 or fp4 (Transformer Engine keeps
-    dot-product attention in bf16 unless FP8 attention is asked for)."""
-    return "bf16" if precision in ("fp8", "fp4") else precision
+    dot-product attention in bf16 unless FP8 attention is asked for: ``fp8``, Plan.fp8_attention)."""
+    if precision in ("fp8", "fp4"):
+        return "fp8" if fp8 else "bf16"
+    return precision
+
+
+def fp8_attention_kernel(a: AttentionKernel, speedup: float) -> AttentionKernel:
+    """The profile's flash attention run on FP8 operands (cuDNN's FP8 fused attention), timed at
+    the FP8 peak, ``speedup`` times the 16-bit one: its matmuls go that much faster, its
+    exponentials no faster (the special-function units do not take FP8), so each score's
+    exponential costs ``speedup`` times the head dimensions it cost in 16 bits (softmax_dims).
+    On H100 that gives 1.5x forward for head dimensions of 128 and up ((256 + 128) / ((256 + 256)
+    / 2), Hopper's fitted 128 dimensions of exponential for d_qk + d_v of 256) and 1.33x at 64;
+    FlashAttention-3's best forward figures (Shah et al. 2024, abstract) are close to 1.2 PFLOP/s
+    in FP8 against 740 TFLOP/s in FP16, 1.6x. On Blackwell, whose exponentials cost 256
+    dimensions, 1.33x at 128 (tests/test_fp8_attention.py)."""
+    return a.model_copy(update={
+        "forward": a.forward.model_copy(update={"softmax_dims": a.forward.softmax_dims * speedup}),
+        "backward": a.backward.model_copy(update={"softmax_dims": a.backward.softmax_dims * speedup}),
+    })
 
 
 def slower_pass(p: AttentionPass, speed: float, softmax_dims: float | None = None) -> AttentionPass:
@@ -67,10 +85,12 @@ class Roofline:
     # forward and backward speed of the plan's flash-attention generation, as a fraction of the
     # profile's fitted attention (Efficiency.attention_kernels; already applied to ``kernels``)
     attention_speed: tuple[float, float] = (1.0, 1.0)
+    # bytes of an attention operand (Q, K, V): 1 where FP8 attention is asked for
+    attention_element_bytes: float | None = None
 
     @classmethod
     def of(cls, device: Device, efficiency: Efficiency, precision: str, attention_kernel: str | None = None,
-           scaling: str | None = None) -> "Roofline":
+           scaling: str | None = None, fp8_attention: bool = False) -> "Roofline":
         lookup = efficiency.memory if efficiency.lookup is None else efficiency.lookup
         kernels = efficiency.kernels
         chip = attention_chip = None
@@ -88,8 +108,11 @@ class Roofline:
             if device.sm_count is None:
                 raise MeshplanError("device.sm_count", None, f"a whole number: the {device.efficiency} profile times kernels by tiles over the SMs")
             chip = Chip(device.sustained_peak(precision), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
-            attention = attention_precision(precision)
+            attention = attention_precision(precision, fp8_attention)
             attention_chip = Chip(device.sustained_peak(attention), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
+            if attention != attention_precision(precision):  # FP8 attention: the same kernel on FP8 operands
+                speedup = device.sustained_peak(attention) / device.sustained_peak(attention_precision(precision))
+                kernels = kernels.model_copy(update={"attention": fp8_attention_kernel(kernels.attention, speedup)})
         return cls(
             peak_flop_per_s=device.sustained_peak(precision),
             bytes_per_s=device.hbm_bytes_per_s * efficiency.memory,
@@ -102,6 +125,7 @@ class Roofline:
             attention_chip=attention_chip,
             attention_speed=attention_speed,
             scaling=scaling,
+            attention_element_bytes=1.0 if fp8_attention and precision in ("fp8", "fp4") else None,
         )
 
     def matmul_s(self, m, k, n, element_bytes):
@@ -136,7 +160,7 @@ class Roofline:
         Table 1). A call that runs as several kernel calls (AttentionShape.calls: a context-parallel
         ring's steps) pays each one's fixed cost."""
         if self.kernels is not None and shape is not None:
-            element = 4.0 if self.precision == "fp32" else 2.0
+            element = self.attention_element_bytes or (4.0 if self.precision == "fp32" else 2.0)
             if not shape.flash:
                 gemm = self.kernels.gemm_of(attention_precision(self.precision))
                 return unfused_attention_s(shape, gemm, self.kernels.memory, element, self.attention_chip, backward)

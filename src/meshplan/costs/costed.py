@@ -229,7 +229,7 @@ def cost_program(program: Program) -> CostedProgram:
     s = program.scenario
     device = s.cluster.device
     efficiency = catalog.efficiency(device.efficiency)
-    roof = Roofline.of(device, efficiency, s.plan.precision, s.plan.attention_kernel, s.plan.quant_scaling)
+    roof = Roofline.of(device, efficiency, s.plan.precision, s.plan.attention_kernel, s.plan.quant_scaling, s.plan.fp8_attention)
     wide = Roofline.of(device, efficiency, "bf16", s.plan.attention_kernel) if s.plan.precision in ("fp8", "fp4") else None
     eb = program.element_bytes
     power = efficiency.power

@@ -89,7 +89,7 @@ def _layer_s(s: Scenario, profile) -> float:
     the recompute policy runs again, each op through the roofline the estimate uses (LoRA's
     adapters included)."""
     p = s.plan
-    roof = Roofline.of(s.cluster.device, profile, p.precision, p.attention_kernel, p.quant_scaling)
+    roof = Roofline.of(s.cluster.device, profile, p.precision, p.attention_kernel, p.quant_scaling, p.fp8_attention)
     element = BYTES_PER_ELEMENT[p.precision]
     sp = p.sequence_parallel and p.tp > 1
     blocks = lower_task(s.model, s.task, p.micro_batch_size, s.seq_len, activation_bytes(p.precision), p.flash_attention).blocks

@@ -336,6 +336,9 @@ def case_inputs(case: dict, where: str) -> dict:
     stored = _option(par, "fp8_params", par.get("fp8_param_gather", par.get("fp4_param_gather")))
     if stored is not None:  # FP8/FP4 primary weights (Megatron-Core's fp8_param_gather, fp4_param_gather)
         plan["fp8_params"] = stored
+    fp8_attention = _switch(_option(par, "fp8_attention", par.get("fp8_dot_product_attention", par.get("fp8_dpa"))))
+    if fp8_attention is not None:  # attention in FP8 too (Megatron-Bridge's fp8_dot_product_attention, NeMo's FP8_DPA)
+        plan["fp8_attention"] = fp8_attention
     implementation = _option(par, "optimizer_impl", None)
     if implementation is not None:  # how its optimizer step ran: fused, or PyTorch's foreach
         plan["optimizer_impl"] = _word(implementation)

@@ -174,6 +174,10 @@ class Plan(Spec):
     # FP8/FP4 training keeps its GEMM weights in that precision, with no 16-bit copy (Transformer
     # Engine fp8_model_init; Megatron --fp8-param-gather, NeMo fp8_params)
     fp8_params: bool = False
+    # dot-product attention in FP8 as well (Transformer Engine's fp8_dpa, NeMo's and MLPerf's
+    # FP8_DPA, Megatron-Bridge's fp8_dot_product_attention): cuDNN's fused attention takes FP8 Q,
+    # K and V; otherwise it stays in 16 bits beside FP8 or FP4 GEMMs (costs.compute.attention_precision)
+    fp8_attention: bool = False
     # how Adam keeps its state (meshplan.parallel.memory.OPTIMIZER_STATES): an fp32 master and fp32
     # moments; the master as the 16-bit weight plus a 16-bit remainder (Apex's distributed Adam,
     # store_param_remainders); bf16 moments (Megatron-Core's precision-aware optimizer); or bf16
@@ -295,6 +299,16 @@ class Plan(Spec):
         if not 0.0 <= fraction <= 1.0:
             raise MeshplanError("optimizer_offload", value, valid)
         return fraction
+
+    @model_validator(mode="after")
+    def _fp8_attention_in_low_precision(self):
+        """FP8 attention runs inside FP8 or FP4 training, in a flash-fused kernel."""
+        if self.fp8_attention and self.precision not in ("fp8", "fp4"):
+            raise MeshplanError("fp8_attention", True, f"FP8 or FP4 training (precision fp8 or fp4), not {self.precision}")
+        if self.fp8_attention and not self.flash_attention:
+            raise MeshplanError("fp8_attention", True, "a flash-fused attention kernel (flash_attention true): "
+                                "FP8 attention is cuDNN's fused kernel")
+        return self
 
     @model_validator(mode="after")
     def _foreach_keeps_its_own_state(self):
