@@ -97,3 +97,21 @@ def test_the_estimate_command_takes_fp8_attention(monkeypatch, capsys):
     assert code == 0 and "(attention fp8)" in out
     code, _, err = run_cli(monkeypatch, capsys, *args[:7], "--fp8-attention")
     assert code == 2 and err.startswith("error: plan.fp8_attention") and "fp8 or fp4" in err
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp4"])
+def test_fp8_attention_keeps_its_queries_keys_and_values_in_one_byte(precision):
+    """Transformer Engine's FP8 attention saves the FP8 Q, K and V it ran on for its backward:
+    a layer keeps t·(d_q + 2·d_kv) bytes fewer, under NVFP4 GEMMs too (attention runs in FP8,
+    not FP4)."""
+    from meshplan.parallel.program import build_program
+
+    model = catalog.model("llama3-8b")
+    tokens, q, kv = 8192, model.hidden_size, model.kv_heads * model.dim_per_head
+
+    def saved(fp8: bool) -> float:
+        s = api.scenario("llama3-8b", "gb200-nvl72", num_devices=8, tp=1, micro_batch_size=1, global_batch_size=8,
+                         seq_len=tokens, precision=precision, fp8_attention=fp8)
+        return build_program(s).kinds["dense_layer"].saved_bytes
+
+    assert saved(False) - saved(True) == pytest.approx(tokens * (q + 2 * kv), rel=1e-12)

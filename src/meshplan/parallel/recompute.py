@@ -133,6 +133,11 @@ def module_dropped(ops: tuple[ShardedOp, ...], modules: tuple[str, ...]) -> froz
                      for name in RECOMPUTE_MODULES[module][1])
 
 
+#: the attention core's saved inputs (workloads.transformer) that FP8 attention keeps in FP8:
+#: Transformer Engine's FP8 DotProductAttention saves the quantized Q, K and V for its backward
+FP8_ATTENTION_SAVED = ("q", "k", "v", "kv")
+
+
 def layer_recompute(plan, model, block, ops: tuple[ShardedOp, ...], x_bytes: float,
                     act_bytes: float) -> tuple[tuple[tuple[str, float], ...], float, float]:
     """(ops re-run in backward as (op, share of its forward), bytes one layer keeps per
@@ -144,10 +149,15 @@ def layer_recompute(plan, model, block, ops: tuple[ShardedOp, ...], x_bytes: flo
     tp, cp = plan.tp, plan.cp
     sp = plan.sequence_parallel and tp > 1
     quantized = quantized_scale(plan.precision)
+    # FP8 attention keeps the FP8 queries, keys and values it ran on for its backward
+    fp8_qkv = frozenset(FP8_ATTENTION_SAVED) if plan.fp8_attention else frozenset()
 
     def kept_by(drop_scores: bool, dropped: frozenset[str] = frozenset()) -> float:
-        return sum(saved_bytes(tuple(s for s in op.saved if s.name not in dropped), tp, cp, sp, drop_scores,
-                               quantized if op.low_precision else 1.0) for op in block.ops)
+        def kept(op, names) -> float:
+            scale = 1.0 / act_bytes if names else quantized if op.low_precision else 1.0  # FP8: a byte a value
+            return saved_bytes(tuple(s for s in op.saved if s.name not in dropped and (s.name in fp8_qkv) == bool(names)),
+                               tp, cp, sp, drop_scores, scale)
+        return sum(kept(op, False) + (kept(op, True) if fp8_qkv else 0.0) for op in block.ops)
 
     full = kept_by(drop_scores=False)
     policy = "full" if plan.whole_layer_recompute else plan.selective_recompute if plan.recompute == "selective" else plan.recompute
