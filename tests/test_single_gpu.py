@@ -80,31 +80,54 @@ def test_a_case_on_pytorch_2_11_or_later_runs_sdpas_cudnn_attention():
 
 def test_a_bf16_true_model_keeps_no_fp32_copy():
     """Llama 3.2 3B as a bf16 model: 2-byte weights, gradients and Adam moments; PyTorch's peak
-    was 38.0 GiB (tests/data/h100-sxm-single-gpu), where an fp32 master would put it past 60."""
+    was 38.0 GiB (tests/data/h100-sxm-single-gpu), predicted 37.6, where an fp32 master would put
+    it past 60."""
     case = next(c for c in load_cases(H100_CASES) if c["id"] == "llama3.2-3b_bf16_mb2_s2048")
     inputs = case_inputs(case, case["id"])
     assert inputs["plan"]["optimizer_state"] == "bf16" and inputs["plan"]["grad_reduce_precision"] == "bf16"
     estimate = api.estimate(**inputs)
     measured = case["measured"]["peak_allocated_gib"] * 2**30
-    assert estimate.memory.total_bytes == pytest.approx(measured, rel=0.12)
+    assert estimate.memory.total_bytes == pytest.approx(measured, rel=0.03)
     mixed = api.estimate(**{**inputs, "plan": {**inputs["plan"], "optimizer_state": "fp32",
                                                  "grad_reduce_precision": None}})
     assert mixed.memory.total_bytes > 1.5 * measured
 
 
 def test_pytorchs_loss_gradients_set_an_eager_runs_peak_memory():
-    """PyTorch's cross-entropy keeps the fp32 log-softmax and its backward writes the logits'
-    fp32 gradient and 16-bit cast beside it (EAGER_LOSS_GRAD_BYTES): the measured peaks of every
-    run, Hugging Face's GPT-2 with what its eager gelu_new keeps, median within 12% (17% without
-    the loss's gradients), Llama 3.2 1B at 8192 tokens within 5%."""
+    """PyTorch's cross-entropy keeps the fp32 log-softmax, and its backward holds two fp32
+    gradients of the logits at once (EAGER_LOSS_GRAD_BYTES); the loop frees the gradients between
+    steps (Plan.free_grads) and AdamW's foreach step holds a temporary of every parameter: the
+    measured peaks of all 16 runs, Hugging Face's GPT-2 with what its eager gelu_new keeps,
+    median within 2.1%, none past 4.0% (7.2% and 16% while every gradient stayed resident and
+    the loss held 6 bytes a logit; 17% median without the loss's gradients)."""
     errors = {}
     for path in (H100_CASES, EAGER / "cases.yaml"):
         for case in load_cases(path):
             estimate = api.estimate(**case_inputs(case, case["id"]))
             errors[path, case["id"]] = estimate.memory.total_bytes / (case["measured"]["peak_allocated_gib"] * 2**30) - 1
     assert len(errors) == 16
-    assert statistics.median(abs(e) for e in errors.values()) < 0.12
-    assert abs(errors[H100_CASES, "llama3.2-1b_mixed_mb4_s2048"]) < 0.05
+    assert statistics.median(abs(e) for e in errors.values()) < 0.03
+    assert max(abs(e) for e in errors.values()) < 0.05
+
+
+def test_a_loop_that_frees_its_gradients_peaks_at_the_backward_or_at_the_optimizer_step():
+    """Two of the measured runs peak at different moments. Llama 3.2 1B at one 2048-token
+    sequence: as the backward starts, with only the tied output layer's gradients allocated
+    (23.6 GiB predicted, 23.1 measured). Llama 3.1 8B as a bf16 model with full recompute: at
+    the step, every bf16 gradient and AdamW's foreach temporary beside the weights and moments
+    (74.8 GiB predicted, 74.85 measured), 21 GiB above the backward's peak."""
+    cases = {c["id"]: c for path in (H100_CASES, EAGER / "cases.yaml") for c in load_cases(path)}
+    small = api.estimate(**case_inputs(cases["llama3.2-1b_mixed_mb1_s2048"], "s")).memory
+    assert small.gradients_bytes == pytest.approx((128256 + 1) * 2048 * 4.0) and small.optimizer_step_bytes == 0.0  # and the final norm's
+    large = api.estimate(**case_inputs(cases["llama3.1-8b_bf16_mb1_s4096_ckpt"], "l")).memory
+    params = large.weights_bytes / 2.0
+    assert large.weights_bytes + large.gradients_bytes + large.activations_bytes + large.optimizer_step_bytes == pytest.approx(
+        large.weights_bytes + 2.0 * params + 2.0 * params, rel=1e-9)  # weights + gradients + the foreach temporary
+    for case, moment in ((small, "backward"), (large, "step")):
+        assert (case.optimizer_step_bytes > 0) == (moment == "step")
+    # the same 1B run accumulating 4 micro-batches holds every gradient from the first backward on
+    accumulated = api.estimate(**case_inputs(cases["llama3.2-1b_mixed_mb4_s2048_accum4"], "a")).memory
+    assert accumulated.gradients_bytes == pytest.approx(4.0 * accumulated.optimizer_bytes / 12.0, rel=1e-9)
 
 
 def _adam_rows():

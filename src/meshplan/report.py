@@ -137,6 +137,8 @@ def cost_rows(e) -> list[tuple[str, str]]:
 def _memory_name(field: str) -> str:
     """'optimizer_bytes' -> 'optimizer state' (not to be read as the optimizer's time)."""
     name = field.removesuffix("_bytes")
+    if name == "optimizer_step":  # MemoryBreakdown.optimizer_step_bytes
+        return "optimizer step, beyond the backward's peak (gradients, foreach temporaries)"
     return "optimizer state" if name == "optimizer" else name.replace("_", " ")
 
 

@@ -80,6 +80,9 @@ class MemoryBreakdown(ByteBreakdown):
     host_gradients_bytes: float = 0.0  # the fp32 gradient copies the CPU step reads
     host_capacity_bytes: float = 0.0  # this device's share of its node's host memory
     host_activations_bytes: float = 0.0  # activation offload (Plan.activation_offload_layers)
+    # what the optimizer step holds beyond the backward's peak (its gradients and PyTorch's foreach
+    # temporaries, where the loop frees the gradients between steps: stage_memory)
+    optimizer_step_bytes: float = 0.0
 
     @property
     def host_total_bytes(self) -> float:
@@ -243,6 +246,8 @@ def stage_memory(
     frozen_weight_bytes: float | None = None,
     host_capacity_bytes: float = 0.0,
     offloaded_activations: list[tuple[float, int]] = (),
+    tail_trainable: float = 0.0,
+    cast_weights: bool = False,
 ) -> MemoryBreakdown:
     """Bytes per device of one pipeline stage.
 
@@ -259,6 +264,19 @@ def stage_memory(
     ``frozen_weight_bytes``: bytes of each frozen base weight of LoRA's decoder GEMMs (stored in
     16 bits, FP8 or NF4; lora_base_bytes); the embedding, norms and output layer stay 16-bit, as
     QLoRA keeps them (Dettmers et al. 2023, Sec. 3).
+
+    The peak is the larger of two moments. As the last backward starts: the weights, the
+    optimizer state, the activations, and the gradients. Where the loop frees the gradients
+    between steps (Plan.free_grads) and nothing else holds them (no DDP buckets: one data-parallel
+    rank, or FSDP's sharded ones; one micro-batch, or the first one's backward allocates them for
+    the rest), those are only the output layer's (``tail_trainable`` parameters), which its
+    backward allocates first; the rest come as the layers' backward frees their activations, so
+    they peak at the optimizer step instead. There: the optimizer state, the gradients, the
+    weights (not autocast's 16-bit copies, freed with the activations that kept them), and
+    PyTorch's foreach AdamW's one temporary of every parameter in the state's precision
+    (torch/optim/adamw.py _multi_tensor_adamw: exp_avg_sq_sqrt = torch._foreach_sqrt(...)).
+    ``optimizer_step_bytes`` is what that moment holds beyond the first. ``cast_weights``: the
+    weights counted are autocast's 16-bit copies of fp32 ones (program.fp32_weights_under_autocast).
     """
     tp, pp, v, zero = plan.tp, plan.pp, plan.virtual_pipeline_stages, plan.zero_memory_stage
     edp = expert_mesh(plan)[2]
@@ -304,14 +322,23 @@ def stage_memory(
         optimizer, host_optimizer, host_gradients = offloaded_optimizer_split(optimizer, optimizer_params, plan.optimizer_offload)
     # with Plan.grad_fp32_add the 16-bit gradients stay beside the fp32 ones (BF16_Optimizer)
     lp_gradients = trainable * 2.0 if plan.grad_fp32_add else 0.0
+    gradients = sharded(trainable, expert_trainable, 2) * state.gradient + lp_gradients
+    comm_buffers = 2.0 * bucket + (2.0 * x_bytes if tp > 1 else 0.0)
+    held = gradients
+    if plan.free_grads and micro_batches == 1 and (dp == 1 or zero == 3):
+        held = sharded(tail_trainable, 0.0, 2) * state.gradient
+    foreach = optimizer_params * FOREACH_ELEMENT_BYTES[plan.optimizer_state] if plan.optimizer_impl == "foreach" else 0.0
+    backward_peak = weights + held + activations + gathered
+    step_peak = (0.0 if cast_weights else weights) + gradients + foreach
     return MemoryBreakdown(
         weights_bytes=weights,
-        gradients_bytes=sharded(trainable, expert_trainable, 2) * state.gradient + lp_gradients,
+        gradients_bytes=held,
         optimizer_bytes=optimizer,
         activations_bytes=activations,
         gathered_weights_bytes=gathered,
-        comm_buffers_bytes=2.0 * bucket + (2.0 * x_bytes if tp > 1 else 0.0),
+        comm_buffers_bytes=comm_buffers,
         low_precision_weights_bytes=quantized,
+        optimizer_step_bytes=max(0.0, step_peak - backward_peak),
         capacity_bytes=capacity_bytes,
         host_optimizer_bytes=host_optimizer,
         host_gradients_bytes=host_gradients,

@@ -364,8 +364,11 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
     expert = sum(kinds[k].expert_params * n for k, n, _ in counts)
     expert_trainable = sum(kinds[k].expert_trainable_params * (n - f) for k, n, f in counts)
     trainable = expert_trainable + sum(kinds[k].trainable_params * (n - f) for k, n, f in counts)
-    trainable += sum(param_share(op, tp) for op in tail_ops if not op.frozen)
-    trainable += 0.0 if freeze_embedding else sum(param_share(op, tp) for op in head_ops if not op.frozen)
+    tail_trainable = sum(param_share(op, tp) for op in tail_ops if not op.frozen)
+    head_trainable = 0.0 if freeze_embedding else sum(param_share(op, tp) for op in head_ops if not op.frozen)
+    trainable += tail_trainable + head_trainable
+    if any(op.name == "logits" and not op.params for op in tail_ops):  # tied: the output layer is the embedding
+        tail_trainable += head_trainable
     if phase is not None:
         trainable = 0.0
         windowed = sum(s.model.windowed(layer) for start, end in s.rank_layer_ranges(stage) for layer in range(start, end))
@@ -396,6 +399,8 @@ def _role(s, graph, kinds, name, stage, stages, counts, x_bytes, spans, freeze_e
             bucket_params=grad_bucket_params(plan),
             frozen_weight_bytes=lora_base_bytes(s.task, plan),
             host_capacity_bytes=host_share_bytes(s.cluster, s.num_devices),
+            tail_trainable=tail_trainable,
+            cast_weights=cast_weights,
         )
     tail = with_grad_accumulation(tuple(shard_op(op, tp, cp, sp, precision=plan.precision, scaling=plan.quant_scaling)
                                         for op in tail_ops), plan, tp)

@@ -19,7 +19,7 @@ ENERGY_COLUMNS = ("energy_j", "energy_per_step_j", "energy_total_j")
 
 #: the memory categories of an estimate, drawn bottom to top
 MEMORY_CATEGORIES = ("weights_bytes", "low_precision_weights_bytes", "gradients_bytes", "optimizer_bytes",
-                     "activations_bytes", "gathered_weights_bytes", "comm_buffers_bytes")
+                     "activations_bytes", "gathered_weights_bytes", "comm_buffers_bytes", "optimizer_step_bytes")
 
 
 def report(source: Source, trace: dict | None = None, top: int = 10, price: float | None = None,

@@ -122,6 +122,12 @@ class Plan(Spec):
     # are cast in every forward and the residual stream stays fp32 (parallel.program.
     # fp32_weights_under_autocast); FSDP and ZeRO gather 16-bit copies
     autocast: bool = False
+    # the loop frees the gradients after each optimizer step (torch.optim's zero_grad(set_to_none=True),
+    # its default since PyTorch 2.0; Hugging Face's Trainer, FSDP and torchtitan loops): a step's
+    # forward runs without them, and they are allocated as its backward frees activations
+    # (parallel.memory.stage_memory); DDP's buckets and Megatron's and DeepSpeed's gradient
+    # buffers keep them whatever the loop does
+    free_grads: bool = False
     # what runs beside compute (meshplan.timeline.passes); a ``framework`` sets its defaults
     framework: Framework | None = None
     overlap_grad_reduce: bool = True  # gradient buckets reduced during the last micro-batch's backward

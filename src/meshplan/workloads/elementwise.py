@@ -138,11 +138,12 @@ def activation_op(model: TransformerModel, prefix: str, tokens: float, f: float,
               backward_scale=backward / forward, launches=launches)
 
 
-#: bytes per logit that PyTorch's cross-entropy backward writes beside the fp32 log-softmax it
-#: kept: the fp32 gradient of the logits and, under autocast, its 16-bit cast (4 + 2). Hugging
-#: Face runs peaked 7.1-10.6 GiB above the resident count without it at 8192 tokens of a
-#: 128K-152K vocabulary, 7.3-8.6 bytes a logit (tests/data/h100-sxm-single-gpu)
-EAGER_LOSS_GRAD_BYTES = 6.0
+#: bytes per logit that PyTorch's cross-entropy backward holds beside the fp32 log-softmax it
+#: kept: nll_loss's backward writes the fp32 gradient of the log-softmax, which stays while the
+#: log-softmax's backward writes the fp32 gradient of the logits (4 + 4); then, under autocast,
+#: that gradient's 16-bit cast beside it (4 + 2) (torch/nn/functional.py cross_entropy:
+#: log_softmax then nll_loss; aten _log_softmax_backward_data writes a new tensor)
+EAGER_LOSS_GRAD_BYTES = 8.0
 
 
 def cross_entropy_op(tokens: float, vocab: float, act_bytes: float, fused: bool, eager: bool = False) -> Op:
