@@ -80,8 +80,8 @@ class MemoryBreakdown(ByteBreakdown):
     host_gradients_bytes: float = 0.0  # the fp32 gradient copies the CPU step reads
     host_capacity_bytes: float = 0.0  # this device's share of its node's host memory
     host_activations_bytes: float = 0.0  # activation offload (Plan.activation_offload_layers)
-    # what the optimizer step holds beyond the backward's peak (its gradients and PyTorch's foreach
-    # temporaries, where the loop frees the gradients between steps: stage_memory)
+    # what the optimizer step holds beyond the backward's peak: every gradient, the weights and
+    # PyTorch's foreach temporaries (stage_memory); 0 where the backward holds more
     optimizer_step_bytes: float = 0.0
 
     @property

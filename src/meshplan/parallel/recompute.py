@@ -153,9 +153,11 @@ def layer_recompute(plan, model, block, ops: tuple[ShardedOp, ...], x_bytes: flo
     fp8_qkv = frozenset(FP8_ATTENTION_SAVED) if plan.fp8_attention else frozenset()
 
     def kept_by(drop_scores: bool, dropped: frozenset[str] = frozenset()) -> float:
-        def kept(op, names) -> float:
-            scale = 1.0 / act_bytes if names else quantized if op.low_precision else 1.0  # FP8: a byte a value
-            return saved_bytes(tuple(s for s in op.saved if s.name not in dropped and (s.name in fp8_qkv) == bool(names)),
+        def kept(op, in_fp8: bool) -> float:
+            """The bytes ``op`` keeps of its saved tensors that FP8 attention holds in FP8 (a byte a
+            value), or of the others."""
+            scale = 1.0 / act_bytes if in_fp8 else quantized if op.low_precision else 1.0
+            return saved_bytes(tuple(s for s in op.saved if s.name not in dropped and (s.name in fp8_qkv) == in_fp8),
                                tp, cp, sp, drop_scores, scale)
         return sum(kept(op, False) + (kept(op, True) if fp8_qkv else 0.0) for op in block.ops)
 
