@@ -78,7 +78,26 @@ def test_a_bad_case_is_reported_and_the_others_are_scored(tmp_path):
     assert results[2].error and results[3].error.startswith("no_model.model")
     assert summarize(results)["g"] == {"cases": 1, "failed": 2, "median_abs_error": abs(results[0].relative_error),
                                        "max_abs_error": abs(results[0].relative_error),
-                                       "median_error": results[0].relative_error}
+                                       "median_error": results[0].relative_error, "memory_cases": 0,
+                                       "memory_median_abs_error": None, "memory_max_abs_error": None,
+                                       "memory_median_error": None}
+
+
+def test_a_measured_peak_memory_is_scored_beside_the_step_time(tmp_path, monkeypatch, capsys):
+    """A case that gives measured.peak_allocated_gib (PyTorch's max_memory_allocated) gets its
+    memory error too, per case and per group; a bad one is named like any measured value."""
+    peaked = case(id="peaked", measured={"step_time_s": 1.0, "peak_allocated_gib": 40.0})
+    bad = case(id="bad_peak", measured={"step_time_s": 1.0, "peak_allocated_gib": -3})
+    results = validate(write(tmp_path, [GOOD, peaked, bad]))
+    assert results[0].memory_error is None and results[0].measured_memory_bytes is None
+    assert results[1].measured_memory_bytes == 40.0 * 2**30
+    assert results[1].memory_error == pytest.approx(results[1].predicted_memory_bytes / (40.0 * 2**30) - 1.0)
+    assert results[2].error.startswith("bad_peak.measured.peak_allocated_gib")
+    stats = summarize(results)["g"]
+    assert stats["memory_cases"] == 1 and stats["memory_median_error"] == pytest.approx(results[1].memory_error)
+    assert results[1].as_dict()["memory_error"] == results[1].memory_error
+    code, out, _ = run_cli(monkeypatch, capsys, "validate", str(tmp_path / "cases.yaml"))
+    assert code == 0 and "Memory per device: error per group" in out and f"{results[1].memory_error:+.1%}" in out
 
 
 def test_a_null_option_is_the_same_as_leaving_it_out():

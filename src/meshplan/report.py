@@ -207,25 +207,41 @@ def inference_table(e) -> Table:
 
 
 def validation_tables(results, summary) -> list[Table]:
+    """The cases and the error per group; where a case gives a measured peak memory, a memory
+    column and the memory error per group too."""
+    memory = any(r.memory_error is not None for r in results)
     cases = Table(title="Validation: predicted vs measured step time", header_style="bold")
-    for col in ("case", "group", "measured", "predicted", "error"):
+    for col in ("case", "group", "measured", "predicted", "error", *(("memory (measured, error)",) if memory else ())):
         cases.add_column(col, justify="left" if col in ("case", "group") else "right")
     for r in results:
+        peak = (f"{format_bytes(r.measured_memory_bytes)}, {r.memory_error:+.1%}" if r.memory_error is not None else "-",) if memory else ()
         if r.error:
-            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), "-", f"not scored: {r.error}")
+            cases.add_row(r.id, r.group, _s(r.measured_step_time_s), "-", f"not scored: {r.error}", *(("-",) if memory else ()))
         else:
             cases.add_row(r.id, r.group, _s(r.measured_step_time_s), _s(r.predicted_step_time_s),
                           f"{r.relative_error:+.1%}" + ("" if r.fits else " (predicted not to fit)")
-                          + (f" ({r.note})" if r.note else ""))
+                          + (f" ({r.note})" if r.note else ""), *peak)
     # median and max of the absolute error; bias, the median signed one (below 0: predicted fast)
     groups = Table(title="Error per group", header_style="bold")
     for col in ("group", "cases", "not scored", "median", "max", "bias"):
         groups.add_column(col, justify="left" if col == "group" else "right")
     for g, stats in summary.items():
-        cells = [("-" if stats[k] is None else f"{stats[k]:{form}}")
-                 for k, form in (("median_abs_error", ".1%"), ("max_abs_error", ".1%"), ("median_error", "+.1%"))]
-        groups.add_row(g, str(stats["cases"]), str(stats["failed"]), *cells)
-    return [cases, groups]
+        groups.add_row(g, str(stats["cases"]), str(stats["failed"]), *_stat_cells(stats, ""))
+    tables = [cases, groups]
+    if memory:
+        peaks = Table(title="Memory per device: error per group", header_style="bold")
+        for col in ("group", "cases", "median", "max", "bias"):
+            peaks.add_column(col, justify="left" if col == "group" else "right")
+        for g, stats in summary.items():
+            if stats["memory_cases"]:
+                peaks.add_row(g, str(stats["memory_cases"]), *_stat_cells(stats, "memory_"))
+        tables.append(peaks)
+    return tables
+
+
+def _stat_cells(stats: dict, prefix: str) -> list[str]:
+    return [("-" if stats[prefix + k] is None else f"{stats[prefix + k]:{form}}")
+            for k, form in (("median_abs_error", ".1%"), ("max_abs_error", ".1%"), ("median_error", "+.1%"))]
 
 
 def _s(value) -> str:

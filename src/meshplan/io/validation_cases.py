@@ -44,6 +44,11 @@ class CaseResult:
     error: str | None = None  # why the case could not be scored: "field: got value; what is valid"
     fits: bool | None = None
     note: str | None = None  # what the reader changed to score the case (a rounded batch)
+    # where the case gives a measured peak (measured.peak_allocated_gib: PyTorch's
+    # max_memory_allocated, in GiB): it and the predicted memory per device, in bytes
+    measured_memory_bytes: float | None = None
+    predicted_memory_bytes: float | None = None
+    memory_error: float | None = None  # (predicted - measured) / measured memory per device
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -82,12 +87,14 @@ def run_case(case: dict, index: int, profile: Profile | None = None) -> CaseResu
     measured = None  # echoed next to an error only once it is known to be valid
     try:
         measured = _measured(case, case_id)
-        predicted, fits, note = _predict(case, case_id, profile)
+        peak = _measured_peak(case, case_id)
+        predicted, fits, note, memory = _predict(case, case_id, profile)
     except MeshplanError as err:
         return CaseResult(case_id, group, measured, None, None, error=str(err))
     except Exception as err:  # noqa: BLE001 - one broken case must not stop the others
         return CaseResult(case_id, group, measured, None, None, error=f"internal error: {type(err).__name__}: {err}")
-    return CaseResult(case_id, group, measured, predicted, (predicted - measured) / measured, fits=fits, note=note)
+    peaks = dict(measured_memory_bytes=peak, predicted_memory_bytes=memory, memory_error=(memory - peak) / peak) if peak else {}
+    return CaseResult(case_id, group, measured, predicted, (predicted - measured) / measured, fits=fits, note=note, **peaks)
 
 
 def _label(value, default: str) -> str:
@@ -107,8 +114,22 @@ def _measured(case: dict, case_id: str) -> float:
     return float(value)
 
 
-def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[float, bool, str | None]:
-    """The predicted step time, whether the plan fits, and what was changed to score the case."""
+def _measured_peak(case: dict, case_id: str) -> float | None:
+    """The measured peak memory per device in bytes, where the case gives one
+    (``measured.peak_allocated_gib``, an extra key: PyTorch's torch.cuda.max_memory_allocated in
+    GiB); it must then be a finite, positive number."""
+    measured = case.get("measured")
+    value = measured.get("peak_allocated_gib") if isinstance(measured, dict) else None
+    if value is None:
+        return None
+    if not finite_number(value) or value <= 0:
+        raise MeshplanError(f"{case_id}.measured.peak_allocated_gib", value, "a finite, positive number of GiB")
+    return float(value) * 2**30
+
+
+def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[float, bool, str | None, float]:
+    """The predicted step time, whether the plan fits, what was changed to score the case, and
+    the predicted memory per device."""
     from meshplan.api import estimate
 
     model = _get(case, "model", case_id)
@@ -142,7 +163,7 @@ def _predict(case: dict, case_id: str, profile: Profile | None = None) -> tuple[
         result = estimate(**inputs)
     except MeshplanError as err:  # name the case in the field path
         raise MeshplanError(f"{case_id}.{err.field}", err.value, err.valid, hint=err.hint) from None
-    return result.step_time_s * scale, result.fits, note
+    return result.step_time_s * scale, result.fits, note, result.memory.total_bytes
 
 
 def _preset_note(named, preset: str | None) -> str | None:
@@ -323,8 +344,10 @@ def validate(path: str | Path, progress=None, profile: str | Path | Profile | No
 def summarize(results: list[CaseResult]) -> dict[str, dict]:
     """Per group: cases scored, cases that failed, median and maximum absolute relative error,
     and the median signed one (the group's bias: below 0, predicted fast); None where no case of
-    the group was scored."""
+    the group was scored. The same of memory per device (``memory_*``), over the cases that give
+    a measured peak."""
     groups: dict[str, list[float]] = {}
+    memory: dict[str, list[float]] = {}
     failed: dict[str, int] = {}
     for r in results:
         groups.setdefault(r.group, [])
@@ -332,10 +355,15 @@ def summarize(results: list[CaseResult]) -> dict[str, dict]:
             groups[r.group].append(r.relative_error)
         else:
             failed[r.group] = failed.get(r.group, 0) + 1
-    return {
-        g: {"cases": len(errs), "failed": failed.get(g, 0),
-            "median_abs_error": statistics.median(map(abs, errs)) if errs else None,
-            "max_abs_error": max(map(abs, errs), default=None),
-            "median_error": statistics.median(errs) if errs else None}
-        for g, errs in groups.items()
-    }
+        if r.memory_error is not None:
+            memory.setdefault(r.group, []).append(r.memory_error)
+    return {g: {"cases": len(errs), "failed": failed.get(g, 0), **_error_stats(errs, ""),
+                **_error_stats(memory.get(g, []), "memory_"), "memory_cases": len(memory.get(g, []))}
+            for g, errs in groups.items()}
+
+
+def _error_stats(errs: list[float], prefix: str) -> dict[str, float | None]:
+    """Median and largest absolute relative error and the median signed one (None without cases)."""
+    return {f"{prefix}median_abs_error": statistics.median(map(abs, errs)) if errs else None,
+            f"{prefix}max_abs_error": max(map(abs, errs), default=None),
+            f"{prefix}median_error": statistics.median(errs) if errs else None}
