@@ -335,7 +335,7 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print one object per case as JSON."),
     profile: Optional[Path] = typer.Option(None, help="A measured profile (meshplan calibrate) for the cases on its device."),
 ):
-    """Compare predicted step times with published, measured runs."""
+    """Compare predicted step times (and peak memory, where a case gives it) with published, measured runs."""
     from meshplan.io.validation_cases import summarize
     from meshplan.io.validation_cases import validate as run
 
