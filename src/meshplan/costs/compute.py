@@ -94,6 +94,7 @@ class Roofline:
         lookup = efficiency.memory if efficiency.lookup is None else efficiency.lookup
         kernels = efficiency.kernels
         chip = attention_chip = None
+        attention, sixteen = attention_precision(precision, fp8_attention), attention_precision(precision)
         speed = efficiency.attention_kernels.get(attention_kernel) if attention_kernel else None
         attention_speed = (speed.forward, speed.backward) if speed is not None else (1.0, 1.0)
         if kernels is not None:
@@ -108,10 +109,9 @@ class Roofline:
             if device.sm_count is None:
                 raise MeshplanError("device.sm_count", None, f"a whole number: the {device.efficiency} profile times kernels by tiles over the SMs")
             chip = Chip(device.sustained_peak(precision), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
-            attention = attention_precision(precision, fp8_attention)
             attention_chip = Chip(device.sustained_peak(attention), device.sm_count, device.hbm_bytes_per_s, device.sram_bytes)
-            if attention != attention_precision(precision):  # FP8 attention: the same kernel on FP8 operands
-                speedup = device.sustained_peak(attention) / device.sustained_peak(attention_precision(precision))
+            if attention != sixteen:  # FP8 attention: the same kernel on FP8 operands
+                speedup = device.sustained_peak(attention) / device.sustained_peak(sixteen)
                 kernels = kernels.model_copy(update={"attention": fp8_attention_kernel(kernels.attention, speedup)})
         return cls(
             peak_flop_per_s=device.sustained_peak(precision),
@@ -125,7 +125,7 @@ class Roofline:
             attention_chip=attention_chip,
             attention_speed=attention_speed,
             scaling=scaling,
-            attention_element_bytes=1.0 if fp8_attention and precision in ("fp8", "fp4") else None,
+            attention_element_bytes=1.0 if attention != sixteen else None,
         )
 
     def matmul_s(self, m, k, n, element_bytes):
